@@ -1,0 +1,73 @@
+"""`bmoe-bench`: the harness CLI. Each subcommand lives in its own module under harness/commands/
+and exposes `register(app)`; this file only wires them and turns a UserError into one red line."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from harness import __version__
+from harness.errors import UserError
+
+# one module per concern; each defines register(app: typer.Typer) -> None
+COMMAND_MODULES: list[str] = [
+]
+
+app = typer.Typer(
+    name="bmoe-bench",
+    help="bmoe benchmark and experiment harness: models, campaigns, reports, cache replay.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        typer.echo(f"bmoe-bench {__version__}")
+        raise typer.Exit(0)
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"harness.commands.{_name}").register(app)
+
+
+def error_line(msg: str) -> None:
+    """One line on stderr, red where it is a terminal."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\x1b[31mError:\x1b[0m {msg}\n")
+    else:
+        sys.stderr.write(f"Error: {msg}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as e:
+        error_line(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        return 130
+    except typer.Exit as e:
+        return e.exit_code
+    except Exception as e:  # click usage errors come through here in non-standalone mode
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            error_line(e.format_message().replace("\n", " "))
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            error_line("aborted")
+            return 130
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Expert cache accounting, shared by the engine and the offline replay (one implementation).
+
+Semantics (DESIGN.md section 4, comparable with the C++ original):
+- one lookup per unique expert per layer batch; a duplicate inside the batch only promotes;
+- a miss costs that layer's expert bytes;
+- eviction runs after the batch and never evicts an entry the batch itself touched;
+- the budget is the sum of resident expert bytes;
+- budget 0 means "no cache": every lookup misses and the previous batch is dropped at the next one.
+
+The cache decides *what* is resident; the engine does the I/O (reads the misses, drops the evicted
+pages). Policies decide only which entry to evict; they live in harness/engine/policies.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from harness.engine.policies import Key, Policy, make_policy
+
+
+@dataclass
+class BatchResult:
+    layer: int
+    hits: list[int] = field(default_factory=list)
+    misses: list[int] = field(default_factory=list)
+    evicted: list[Key] = field(default_factory=list)
+
+
+@dataclass
+class CacheStats:
+    lookups: int = 0
+    hits: int = 0
+    misses: int = 0
+    bytes_read: int = 0
+    evictions: int = 0
+
+    @property
+    def hit_pct(self) -> float:
+        return 100.0 * self.hits / self.lookups if self.lookups else 0.0
+
+
+class ExpertCache:
+    """Byte-budgeted residency set of (layer, expert) entries with a pluggable eviction policy."""
+
+    def __init__(self, budget_bytes: int, expert_bytes: Sequence[int], policy: Policy | str = "lru"):
+        if budget_bytes < 0:
+            raise ValueError("budget_bytes must be >= 0")
+        self.budget = int(budget_bytes)
+        self.expert_bytes = list(expert_bytes)
+        self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.resident: set[Key] = set()
+        self.resident_bytes = 0
+        self.stats = CacheStats()
+        self._clock = 0
+        self._last_batch: list[Key] = []
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget > 0
+
+    def lookup_batch(self, layer: int, experts: Iterable[int]) -> BatchResult:
+        """Account one layer batch; returns which experts to read and which entries to drop."""
+        res = BatchResult(layer)
+        if not self.enabled:
+            # no cache: the previous batch is dropped now that its compute is done
+            res.evicted = self._last_batch
+            for k in res.evicted:
+                self.resident.discard(k)
+            self.resident_bytes = 0
+            self._last_batch = []
+        seen: set[int] = set()
+        eb = self.expert_bytes[layer]
+        batch_keys: set[Key] = set()
+        self.policy.on_batch(layer, self._clock)
+        for e in experts:
+            e = int(e)
+            if e in seen:
+                continue  # a duplicate only promotes: it was just touched
+            seen.add(e)
+            key = (layer, e)
+            batch_keys.add(key)
+            self._clock += 1
+            self.stats.lookups += 1
+            if key in self.resident:
+                self.stats.hits += 1
+                res.hits.append(e)
+                self.policy.on_hit(key, self._clock)
+            else:
+                self.stats.misses += 1
+                self.stats.bytes_read += eb
+                res.misses.append(e)
+                self.resident.add(key)
+                self.resident_bytes += eb
+                if self.enabled:
+                    self.policy.on_insert(key, self._clock)
+        if not self.enabled:
+            self._last_batch = sorted(batch_keys)
+            return res
+        while self.resident_bytes > self.budget:
+            victim = self.policy.victim(batch_keys)
+            if victim is None:
+                break  # everything left was touched by this batch
+            self._evict(victim)
+            res.evicted.append(victim)
+        return res
+
+    def _evict(self, key: Key) -> None:
+        self.resident.remove(key)
+        self.resident_bytes -= self.expert_bytes[key[0]]
+        self.stats.evictions += 1
+        self.policy.on_evict(key)
+
+
+def token_cycle_bytes(expert_bytes: Sequence[int], k: int) -> int:
+    """T: the bytes one token routes through (sum over MoE layers of k x expert bytes)."""
+    return int(sum(int(b) * int(k) for b in expert_bytes if b))
+
+
+def budget_problem(budget_bytes: int, cycle_bytes: int) -> str | None:
+    """The one rule behind the guard: a non-zero budget under one token cycle T makes recency
+    policies hit 0% (sequential flooding: layers repeat in a fixed order, so every entry is
+    evicted before its layer comes round again). Returns the reason, or None when fine."""
+    if 0 < budget_bytes < cycle_bytes:
+        mib = 1024 * 1024
+        return (
+            f"cache budget {budget_bytes / mib:.0f} MiB is below one token cycle T = "
+            f"{cycle_bytes / mib:.0f} MiB (sum over layers of k x expert bytes); under T an LRU "
+            f"cache hits 0% (sequential flooding): give at least {-(-cycle_bytes // mib)} MiB, "
+            "0 for no cache, or --force-cache"
+        )
+    return None
