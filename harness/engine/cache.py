@@ -49,6 +49,7 @@ class ExpertCache:
         self.budget = int(budget_bytes)
         self.expert_bytes = list(expert_bytes)
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.policy.bind(self.budget, self.expert_bytes)  # advisory: layer-aware policies size by it
         self.resident: set[Key] = set()
         self.resident_bytes = 0
         self.stats = CacheStats()
@@ -76,7 +77,11 @@ class ExpertCache:
         for e in experts:
             e = int(e)
             if e in seen:
-                continue  # a duplicate only promotes: it was just touched
+                # a duplicate only promotes (no lookup, no bytes): for LRU it becomes the most recent,
+                # so after a prefill batch the order is that of last use, as in the C++ original
+                if self.enabled:
+                    self.policy.on_promote((layer, e), self._clock)
+                continue
             seen.add(e)
             key = (layer, e)
             batch_keys.add(key)

@@ -2,25 +2,41 @@
 these objects, so a replayed hit rate is the engine's hit rate.
 
 A policy is told about hits, inserts and evictions, and asked for a victim that is not protected
-(the current batch). `on_batch` is advisory (the layer about to be looked up); default no-op.
+(the current batch). Advisory hooks default to no-ops: `bind` (the budget and per-layer expert bytes,
+once, from ExpertCache) and `on_batch` (the layer about to be looked up). Every method runs on the
+engine's hot path (~400 lookups per token): each is O(1) or O(log n) amortised, except `victim` of the
+layer-aware policies, which looks at one candidate per layer (O(n_layer)).
+
+`offline` policies (belady) need the future access sequence (`prepare_offline`): replay only, the
+engine refuses them (`ONLINE_POLICIES`).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Key = tuple[int, int]  # (layer, expert)
 
 
 class Policy:
     name = "base"
+    offline = False
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:  # noqa: B027 - advisory
+        """Told once by ExpertCache: the byte budget and each layer's expert bytes."""
 
     def on_batch(self, layer: int, now: int) -> None:  # noqa: B027 - advisory hook, default no-op
         pass
 
     def on_hit(self, key: Key, now: int) -> None:
         raise NotImplementedError
+
+    def on_promote(self, key: Key, now: int) -> None:  # noqa: B027 - advisory hook, default no-op
+        """A duplicate of an expert already looked up in this batch (a prefill batch is the union of
+        every prompt token's experts): not a lookup, only a promotion."""
 
     def on_insert(self, key: Key, now: int) -> None:
         raise NotImplementedError
@@ -43,6 +59,8 @@ class LRU(Policy):
     def on_hit(self, key: Key, now: int) -> None:
         self._order.move_to_end(key)
 
+    on_promote = on_hit
+
     def on_insert(self, key: Key, now: int) -> None:
         self._order[key] = None
 
@@ -56,15 +74,265 @@ class LRU(Policy):
         return None
 
 
+class _LazyMinHeap:
+    """Min-heap of (score, key) where a key's score changes: stale entries are skipped on pop.
+    Compacted when it grows past 4x its live size, so memory stays O(live)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Key]] = []
+        self._score: dict[Key, tuple[float, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._score)
+
+    def set(self, key: Key, score: float, tie: int) -> None:
+        self._score[key] = (score, tie)
+        heapq.heappush(self._heap, (score, tie, key))
+        if len(self._heap) > 4 * len(self._score) + 64:
+            self._heap = [(s, t, k) for k, (s, t) in self._score.items()]
+            heapq.heapify(self._heap)
+
+    def discard(self, key: Key) -> None:
+        self._score.pop(key, None)
+
+    def peek(self, protected: set[Key]) -> tuple[float, Key] | None:
+        """The lowest-scored live key not in protected (protected ones are skipped, not dropped)."""
+        h = self._heap
+        skipped = []
+        found = None
+        while h:
+            s, t, k = h[0]
+            if self._score.get(k) != (s, t):
+                heapq.heappop(h)
+                continue
+            if k in protected:
+                skipped.append(heapq.heappop(h))
+                continue
+            found = (s, k)
+            break
+        for item in skipped:
+            heapq.heappush(h, item)
+        return found
+
+
+class LFU(Policy):
+    """Least-frequently-used over the whole run: counts survive eviction (expert popularity is a
+    property of the model and prompt, not of residency); ties go to the least recently used."""
+
+    name = "lfu"
+
+    def __init__(self) -> None:
+        self._count: dict[Key, int] = {}
+        self._heap = _LazyMinHeap()
+
+    def _touch(self, key: Key, now: int) -> None:
+        c = self._count.get(key, 0) + 1
+        self._count[key] = c
+        self._heap.set(key, c, now)
+
+    on_hit = _touch
+    on_insert = _touch
+
+    def on_evict(self, key: Key) -> None:
+        self._heap.discard(key)
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        top = self._heap.peek(protected)
+        return top[1] if top else None
+
+
+class _Partitioned(Policy):
+    """A per-layer budget partition: every layer gets the same number of entries' worth of bytes
+    (budget x expert_bytes[L] / sum of expert bytes). The victim comes from the layer most over its
+    share that has an unprotected entry; within the layer the subclass picks (`_pick`)."""
+
+    def __init__(self) -> None:
+        self._quota: list[float] = []
+        self._eb: list[int] = []
+        self._res: list[int] = []  # resident bytes per layer
+        self._n: list[int] = []  # resident entries per layer
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        total = sum(expert_bytes) or 1
+        self._eb = list(expert_bytes)
+        self._quota = [budget_bytes * b / total for b in expert_bytes]
+        self._res = [0] * len(expert_bytes)
+        self._n = [0] * len(expert_bytes)
+
+    def _add(self, key: Key) -> None:
+        self._res[key[0]] += self._eb[key[0]]
+        self._n[key[0]] += 1
+
+    def on_evict(self, key: Key) -> None:
+        self._res[key[0]] -= self._eb[key[0]]
+        self._n[key[0]] -= 1
+        self._drop(key)
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        prot_layers: dict[int, int] = {}
+        for layer, _ in protected:
+            prot_layers[layer] = prot_layers.get(layer, 0) + 1
+        best, best_over = -1, -math.inf
+        for layer, q in enumerate(self._quota):
+            if self._n[layer] > prot_layers.get(layer, 0):
+                over = self._res[layer] - q
+                if over > best_over:
+                    best, best_over = layer, over
+        return None if best < 0 else self._pick(best, protected)
+
+    def _drop(self, key: Key) -> None:
+        raise NotImplementedError
+
+    def _pick(self, layer: int, protected: set[Key]) -> Key | None:
+        raise NotImplementedError
+
+
+class LayerLRU(_Partitioned):
+    """Per-layer budget partition, LRU inside each layer."""
+
+    name = "layer"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._order: dict[int, OrderedDict[Key, None]] = {}
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._order[key[0]].move_to_end(key)
+
+    on_promote = on_hit
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._add(key)
+        self._order.setdefault(key[0], OrderedDict())[key] = None
+
+    def _drop(self, key: Key) -> None:
+        self._order[key[0]].pop(key, None)
+
+    def _pick(self, layer: int, protected: set[Key]) -> Key | None:
+        for k in self._order[layer]:
+            if k not in protected:
+                return k
+        return None
+
+
+class LayerLFU(_Partitioned):
+    """Per-layer budget partition, LFU (run-long counts, LRU ties) inside each layer."""
+
+    name = "layer-lfu"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count: dict[Key, int] = {}
+        self._heaps: dict[int, _LazyMinHeap] = {}
+
+    def _touch(self, key: Key, now: int) -> None:
+        c = self._count.get(key, 0) + 1
+        self._count[key] = c
+        self._heaps.setdefault(key[0], _LazyMinHeap()).set(key, c, now)
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._touch(key, now)
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._add(key)
+        self._touch(key, now)
+
+    def _drop(self, key: Key) -> None:
+        self._heaps[key[0]].discard(key)
+
+    def _pick(self, layer: int, protected: set[Key]) -> Key | None:
+        top = self._heaps[layer].peek(protected)
+        return top[1] if top else None
+
+
+class Belady(Policy):
+    """Belady's MIN, the offline optimum: evict the resident entry whose next use is farthest in the
+    future (never used again first). Needs the whole lookup sequence up front (`prepare_offline`), so
+    it is replay-only. All entries of a layer have the same size; across layers sizes may differ, where
+    farthest-next-use is the standard rule (exactly optimal only for equal sizes)."""
+
+    name = "belady"
+    offline = True
+
+    def __init__(self) -> None:
+        self._seq: list[Key] | None = None
+        self._next_pos: list[int] = []
+        self._pos = 0
+        self._next: dict[Key, int] = {}
+        self._heap: list[tuple[int, Key]] = []  # (-next use, key), lazy
+
+    def prepare_offline(self, lookups: Sequence[Key]) -> None:
+        """The future: every lookup the cache will do, in order (ExpertCache's unique per batch)."""
+        self._seq = list(lookups)
+        never = len(self._seq) + 1
+        nxt = [never] * len(self._seq)
+        last: dict[Key, int] = {}
+        for i in range(len(self._seq) - 1, -1, -1):
+            k = self._seq[i]
+            nxt[i] = last.get(k, never)
+            last[k] = i
+        self._next_pos = nxt
+
+    def _touch(self, key: Key, now: int) -> None:
+        if self._seq is None:
+            raise RuntimeError("belady is offline: call prepare_offline(lookups) before use (replay only)")
+        if self._pos >= len(self._seq) or self._seq[self._pos] != key:
+            raise RuntimeError(f"belady: lookup {self._pos} is {key}, not the prepared sequence's")
+        n = self._next_pos[self._pos]
+        self._pos += 1
+        self._next[key] = n
+        heapq.heappush(self._heap, (-n, key))
+
+    on_hit = _touch
+    on_insert = _touch
+
+    def on_evict(self, key: Key) -> None:
+        self._next.pop(key, None)
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        h = self._heap
+        skipped = []
+        found = None
+        while h:
+            negn, k = h[0]
+            if self._next.get(k) != -negn:
+                heapq.heappop(h)
+                continue
+            if k in protected:
+                skipped.append(heapq.heappop(h))
+                continue
+            found = k
+            break
+        for item in skipped:
+            heapq.heappush(h, item)
+        return found
+
+
 POLICIES: dict[str, Callable[[], Policy]] = {
     "lru": LRU,
+    "lfu": LFU,
+    "layer": LayerLRU,
+    "layer-lfu": LayerLFU,
+    "belady": Belady,
 }
 
 ONLINE_DEFAULT = "lru"
 
 
+def is_offline(name: str) -> bool:
+    return bool(getattr(POLICIES[name], "offline", False))
+
+
+def online_policies() -> list[str]:
+    """Policies the engine may select (`--cache-policy`): all but the offline ones."""
+    return [n for n in POLICIES if not is_offline(n)]
+
+
 def make_policy(name: str) -> Policy:
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise ValueError(f"unknown cache policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
+    """An online policy by name (the engine's path). Offline policies are refused here."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown cache policy {name!r}; known: {', '.join(online_policies())}")
+    if is_offline(name):
+        raise ValueError(f"cache policy {name!r} is offline-only (it needs the future access sequence): "
+                         f"replay only; online: {', '.join(online_policies())}")
+    return POLICIES[name]()

@@ -1,0 +1,1 @@
+"""Offline replay of real routing traces through the engine's own expert cache and policies."""
