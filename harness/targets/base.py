@@ -1,0 +1,106 @@
+"""What the campaign runner needs from a place that runs engines: the `Target` protocol and the
+`RunOutcome` of one run. Implementations: `LocalTarget` (a subprocess here, optionally under a cgroup
+memory cap) and `AdbTarget` (an Android device, or any adbd, over adbutils).
+
+Contract for callers (the runner):
+- `stage(path, kind)` once per file before the runs; it returns the path to put in argv.
+- `run(argv, ...)` never raises for a failed run: an engine error, a timeout, an OOM kill under the cap
+  or a device that went away all come back as a `RunOutcome` whose `reason` is one line. It raises
+  `UserError` only for a mistake in what it was given (and re-raises KeyboardInterrupt after killing
+  the engine, so Ctrl-C leaves nothing running).
+- `outcome.ok` is the single test of success: exit code 0, no reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+LineCallback = Callable[[str], None]
+
+
+@dataclass
+class RunOutcome:
+    """The result of one engine process on a target."""
+
+    exit_code: int | None  # None if it never started, or was killed (timeout, OOM, device gone)
+    reason: str | None  # None on success, else one line: why the run failed
+    wall_s: float  # from start of the process to its end, measured on the host
+    fetched: dict[str, Path] = field(default_factory=dict)  # output path on the target -> local file
+    peak_mem_mib: float | None = None  # peak of the memory-cap cgroup (page cache included), if capped
+    oom_killed: bool = False  # the kernel's OOM killer acted inside the cap during this run
+    remote_pid: int | None = None  # adb: the engine's PID on the device (for the record)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.reason is None
+
+
+@runtime_checkable
+class Target(Protocol):
+    kind: str  # "local" | "adb"
+
+    def describe(self) -> dict:
+        """Host or device description for the manifest (JSON-serialisable)."""
+        ...
+
+    def stage(self, local: Path, kind: str) -> str:
+        """Make a local file (kind "engine" or "model", or any label) available on the target and
+        return its path there. adb: pushed under the device dir, skipped when size and sha256 match."""
+        ...
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        outputs: list[str],
+        out_dir: Path,
+        log_path: Path,
+        on_stdout_line: LineCallback | None = None,
+    ) -> RunOutcome:
+        """Run argv on the target, stream its stdout lines to on_stdout_line, write stdout+stderr to
+        log_path, then fetch `outputs` (paths on the target) into out_dir."""
+        ...
+
+    def run_dir(self) -> str:
+        """A writable directory on the target for run outputs."""
+        ...
+
+    def sample_state(self) -> dict:
+        """One device-state sample (harness.targets.devstate.build_sample's shape); cheap."""
+        ...
+
+    def drop_caches(self) -> bool:
+        """Drop the page cache if possible (local root only); False when not possible."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def last_line(text: str, limit: int = 200) -> str:
+    """The last non-empty line of text, shortened to limit characters (for one-line reasons)."""
+    for line in reversed(text.splitlines()):
+        s = line.strip()
+        if s:
+            return s if len(s) <= limit else s[: limit - 3] + "..."
+    return ""
+
+
+def exit_reason(code: int, stderr_tail: str) -> str:
+    """The one-line reason for a non-zero exit: "engine exited 3: <last stderr line>"; negative codes
+    (Popen's killed-by-signal convention) are named by signal."""
+    import signal
+
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        head = f"engine killed by {name}"
+    else:
+        head = f"engine exited {code}"
+    tail = last_line(stderr_tail)
+    return f"{head}: {tail}" if tail else head

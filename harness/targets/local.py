@@ -1,0 +1,288 @@
+"""This machine as a target: the engine as a subprocess in its own process group, optionally inside a
+cgroup child with a memory cap (harness.targets.cgroup), with the page cache dropped before each run
+if asked (root only)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.targets import devstate
+from harness.targets.base import LineCallback, RunOutcome, exit_reason
+from harness.targets.cgroup import CappedCgroup, CgroupBase, locate_self
+
+_KILL_GRACE_S = 2.0
+
+
+def drop_page_cache() -> bool:
+    """sync, then drop clean page cache, dentries and inodes. False when not root or not permitted."""
+    if os.geteuid() != 0:
+        return False
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        return False
+    return True
+
+
+class _Pumps:
+    """Threads that copy the child's stdout and stderr into the log, stdout lines also to a callback."""
+
+    def __init__(self, proc: subprocess.Popen, log, on_stdout_line: LineCallback | None):
+        self.lock = threading.Lock()
+        self.log = log
+        self.cb = on_stdout_line
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        self.cb_error: BaseException | None = None
+        self.threads = [
+            threading.Thread(target=self._pump, args=(proc.stdout, True), daemon=True),
+            threading.Thread(target=self._pump, args=(proc.stderr, False), daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _pump(self, stream, is_stdout: bool) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace")
+            with self.lock:
+                self.log.write(line if line.endswith("\n") else line + "\n")
+                self.log.flush()
+            text = line.rstrip("\r\n")
+            if is_stdout:
+                if self.cb is not None and self.cb_error is None:
+                    try:
+                        self.cb(text)
+                    except BaseException as e:  # reported after the run, not lost in a thread
+                        self.cb_error = e
+            else:
+                self.stderr_tail.append(text)
+        stream.close()
+
+    def join(self, timeout: float) -> None:
+        for t in self.threads:
+            t.join(timeout)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_group(proc: subprocess.Popen, cg: CappedCgroup | None) -> None:
+    """SIGTERM to the engine's process group, SIGKILL after a short grace, and SIGKILL to anything
+    left in its cgroup (a child that left the group)."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(_KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    if cg is not None:
+        cg.kill_all()
+    proc.wait()
+
+
+class LocalTarget:
+    """Runs engines on this machine.
+
+    mem_cap_mib: if set, each run gets a fresh cgroup child with this memory limit (page cache charged),
+        removed after the run; an OOM kill inside it is reported as the run's reason and
+        RunOutcome.peak_mem_mib holds the cgroup's peak.
+    drop_caches: if True, run() drops the page cache before each engine start (needs root: checked here).
+    """
+
+    kind = "local"
+
+    def __init__(self, mem_cap_mib: int | None = None, drop_caches: bool = False, *, env: dict | None = None):
+        self.mem_cap_mib = mem_cap_mib
+        self.drop_before_run = drop_caches
+        self.env = env
+        self._cg_base: CgroupBase | None = locate_self() if mem_cap_mib is not None else None
+        if mem_cap_mib is not None and mem_cap_mib <= 0:
+            raise UserError(f"mem_cap_mib: {mem_cap_mib} is not a positive size in MiB")
+        if drop_caches and os.geteuid() != 0:
+            raise UserError("drop_caches: dropping the page cache needs root; run as root or set it false")
+        self._run_dir: str | None = None
+
+    # ---- Target protocol -------------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        mem = devstate.parse_meminfo(_read("/proc/meminfo"))
+        return {
+            "kind": "local",
+            "hostname": socket.gethostname(),
+            "kernel": platform.release(),
+            "machine": platform.machine(),
+            "cpu_model": _cpu_model(),
+            "cpus": os.cpu_count(),
+            "mem_total_mib": mem["mem_total_mib"],
+            "python": platform.python_version(),
+            "mem_cap_mib": self.mem_cap_mib,
+            "cgroup": (
+                {"version": self._cg_base.version, "parent": str(self._cg_base.dir)}
+                if self._cg_base
+                else None
+            ),
+            "drop_caches": self.drop_before_run,
+        }
+
+    def stage(self, local: Path, kind: str) -> str:
+        p = Path(local)
+        if not p.is_file():
+            raise UserError(f"{kind}: {p} does not exist or is not a file")
+        return str(p.resolve())
+
+    def run_dir(self) -> str:
+        if self._run_dir is None:
+            self._run_dir = tempfile.mkdtemp(prefix="bmoe-run-")
+        return self._run_dir
+
+    def sample_state(self) -> dict:
+        return devstate.read_local(Path("/"))
+
+    def drop_caches(self) -> bool:
+        return drop_page_cache()
+
+    def close(self) -> None:
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        outputs: list[str],
+        out_dir: Path,
+        log_path: Path,
+        on_stdout_line: LineCallback | None = None,
+    ) -> RunOutcome:
+        if not argv:
+            raise UserError("engine command is empty")
+        if shutil.which(argv[0]) is None:
+            raise UserError(f"engine: {argv[0]} is not an executable file or a command on PATH")
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        log_path = Path(log_path)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.drop_before_run and not drop_page_cache():
+            raise UserError("drop_caches: could not write /proc/sys/vm/drop_caches")
+
+        cg = CappedCgroup(self._cg_base, self.mem_cap_mib) if self._cg_base is not None else None
+        try:
+            return self._run(argv, cg, timeout_s, outputs, out_dir, log_path, on_stdout_line)
+        finally:
+            if cg is not None:
+                cg.remove()
+
+    # ---- internals -------------------------------------------------------------------------------------
+
+    def _run(self, argv, cg, timeout_s, outputs, out_dir, log_path, on_stdout_line) -> RunOutcome:
+        full = cg.wrap_argv(argv) if cg is not None else list(argv)
+        timed_out = False
+        with open(log_path, "w", encoding="utf-8") as log:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=self.env,
+            )
+            pumps = _Pumps(proc, log, on_stdout_line)
+            try:
+                deadline = t0 + timeout_s
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        timed_out = True
+                        _kill_group(proc, cg)
+                        break
+                    try:
+                        proc.wait(min(left, 0.25))
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+            except BaseException:  # KeyboardInterrupt (or anything else): leave nothing running
+                _kill_group(proc, cg)
+                pumps.join(2.0)
+                raise
+            wall = time.monotonic() - t0
+            # the leader may have exited while children still hold the pipes
+            _signal_group(proc.pid, signal.SIGKILL)
+            pumps.join(5.0)
+            if timed_out:
+                log.write(f"[bmoe-bench] killed after the {timeout_s:g} s timeout\n")
+
+        if pumps.cb_error is not None:
+            raise pumps.cb_error
+        rc = proc.returncode
+        oom = cg.oom_kills() > 0 if cg is not None else False
+        peak = cg.peak_bytes() if cg is not None else None
+        stderr_tail = "\n".join(pumps.stderr_tail)
+
+        reason: str | None = None
+        if timed_out:
+            reason = f"timeout after {timeout_s:g} s"
+        elif oom:
+            reason = f"OOM-killed under the {self.mem_cap_mib} MiB cap"
+        elif rc != 0:
+            reason = exit_reason(rc, stderr_tail)
+
+        fetched, missing = _collect(outputs, out_dir)
+        if reason is None and missing:
+            reason = f"engine exited 0 but did not write {missing[0]}"
+        return RunOutcome(
+            exit_code=None if (timed_out or rc is None or rc < 0) else rc,
+            reason=reason,
+            wall_s=wall,
+            fetched=fetched,
+            peak_mem_mib=round(peak / 2**20, 1) if peak is not None else None,
+            oom_killed=oom,
+        )
+
+
+def _collect(outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[str]]:
+    """Copy each output into out_dir (unless it is already there)."""
+    fetched: dict[str, Path] = {}
+    missing: list[str] = []
+    for p in outputs:
+        src = Path(p)
+        if not src.is_file():
+            missing.append(p)
+            continue
+        dest = out_dir / src.name
+        if src.resolve() != dest.resolve():
+            shutil.copy2(src, dest)
+        fetched[p] = dest
+    return fetched, missing
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _cpu_model() -> str | None:
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or None
