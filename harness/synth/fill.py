@@ -1,0 +1,110 @@
+"""Deterministic tensor bytes, generated in bounded chunks (pure: returns bytes, writes nothing).
+
+Each chunk has its own seed, derived from the model seed, the tensor name and the chunk index, so a tensor's
+bytes depend on nothing else (not on the chunk order, progress, or other tensors). Quantised expert tensors
+are random blocks with sane f16 scales rather than quantised gaussians: that is valid, much faster, and
+the dot products have the intended spread.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+
+from harness.synth.plan import BLOCK, TensorPlan
+
+CHUNK_BYTES = 8 << 20  # upper bound on one generated chunk (plus the float32 work array for "normal")
+
+# RMS of a random value in a random block, in units of the block scale d:
+# Q8_0: q uniform on [-128, 127]; Q4_K: d*sc*q - dmin*m with sc, m uniform 6-bit, q uniform 4-bit and
+# dmin = 7.5*d so that the mean is zero (see _q4k_blocks).
+_Q8_RMS = float(np.sqrt((256**2 - 1) / 12 + 0.25))
+_Q4K_DMIN_RATIO = 7.5
+_Q4K_RMS = float(np.sqrt((63 * 127 / 6) * (15 * 31 / 6) - (31.5 * 7.5) ** 2 + 7.5**2 * (64**2 - 1) / 12))
+
+
+def _rng(seed: int, name: str, chunk: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode()), chunk]))
+
+
+def rows_per_chunk(t: TensorPlan) -> int:
+    return max(1, CHUNK_BYTES // max(t.row_bytes, 4 * t.ne[0]))
+
+
+def n_rows(t: TensorPlan) -> int:
+    return t.n_elements // t.ne[0]
+
+
+def _scales(rng: np.random.Generator, n: int, d: float) -> np.ndarray:
+    """n block scales around d (+-25%), as f16 bytes (n, 2)."""
+    return (rng.uniform(0.75, 1.25, n) * d).astype("<f2").view(np.uint8).reshape(n, 2)
+
+
+def _q8_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
+    blocks = np.frombuffer(bytearray(rng.bytes(n_blocks * 34)), dtype=np.uint8).reshape(n_blocks, 34)
+    blocks[:, 0:2] = _scales(rng, n_blocks, std / _Q8_RMS)
+    return blocks
+
+
+def _q4k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
+    # block_q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales/mins, 128 bytes of 4-bit quants.
+    # Every bit pattern of the last 140 bytes is valid, so they are plain random bytes.
+    blocks = np.frombuffer(bytearray(rng.bytes(n_blocks * 144)), dtype=np.uint8).reshape(n_blocks, 144)
+    d = rng.uniform(0.75, 1.25, n_blocks) * (std / _Q4K_RMS)
+    blocks[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
+    blocks[:, 2:4] = (d * _Q4K_DMIN_RATIO).astype("<f2").view(np.uint8).reshape(n_blocks, 2)
+    return blocks
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """Rows of float32 (n, k), k % 32 == 0 -> Q8_0 blocks as uint8 (n * k/32, 34): d = max|x|/127."""
+    b = x.reshape(-1, 32).astype(np.float32)
+    amax = np.abs(b).max(axis=1)
+    d = (amax / 127.0).astype(np.float16)
+    inv = np.divide(1.0, d.astype(np.float32), out=np.zeros_like(amax), where=d != 0)
+    q = np.clip(np.rint(b * inv[:, None]), -127, 127).astype(np.int8)
+    out = np.empty((b.shape[0], 34), dtype=np.uint8)
+    out[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q.view(np.uint8)
+    return out
+
+
+def _normal_rows(t: TensorPlan, rng: np.random.Generator, r0: int, r1: int) -> np.ndarray:
+    x = rng.standard_normal((r1 - r0, t.ne[0]), dtype=np.float32)
+    x *= np.float32(t.std)
+    for r in t.zero_rows:
+        if r0 <= r < r1:
+            x[r - r0] = 0.0
+    return x
+
+
+def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
+    """The tensor's bytes, in order, in chunks of whole rows; sum of lengths == t.nbytes."""
+    rows, per = n_rows(t), rows_per_chunk(t)
+    blk, _ = BLOCK[t.dtype]
+    for ci, r0 in enumerate(range(0, rows, per)):
+        r1 = min(rows, r0 + per)
+        if t.init == "ones":
+            yield np.ones((r1 - r0) * t.ne[0], dtype="<f4").tobytes()
+            continue
+        rng = _rng(seed, t.name, ci)
+        if t.init == "blocks":
+            n_blocks = (r1 - r0) * t.ne[0] // blk
+            if t.dtype == "q4_k":
+                yield _q4k_blocks(rng, n_blocks, t.std).tobytes()
+            elif t.dtype == "q8_0":
+                yield _q8_blocks(rng, n_blocks, t.std).tobytes()
+            else:
+                raise ValueError(f"random blocks of {t.dtype}")
+            continue
+        x = _normal_rows(t, rng, r0, r1)
+        if t.dtype == "f32":
+            yield x.astype("<f4").tobytes()
+        elif t.dtype == "f16":
+            yield x.astype("<f2").tobytes()
+        elif t.dtype == "q8_0":
+            yield quantize_q8_0(x).tobytes()
+        else:
+            raise ValueError(f"gaussian {t.dtype}")

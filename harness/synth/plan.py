@@ -1,0 +1,321 @@
+"""The full plan of a synthetic model (pure): every tensor with its shape, type and initialisation, the
+metadata, the split into shards and each tensor's place in its shard. Writing follows the plan byte for byte,
+so sizes and expert offsets are known without writing anything."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf.constants import GGUFValueType as VT
+
+from harness.errors import UserError
+from harness.synth import tokenizer as tok
+from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
+from harness.synth.spec import ModelSpec, validate
+
+GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12}
+# dtype -> (elements per block, bytes per block)
+BLOCK: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_k": (256, 144)}
+
+# Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
+# the router is sharp enough that routing changes token to token, the experts' output is comparable to the
+# residual stream, and the output head is sharp enough that the argmax follows the hidden state.
+ROUTER_GAIN = 4.0
+EXPERT_GAIN = 1.0
+DOWN_GAIN = 2.0
+OUTPUT_GAIN = 4.0
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    name: str
+    ne: tuple[int, ...]
+    dtype: str  # f32 | f16 | q8_0 | q4_k
+    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks)
+    std: float = 0.0
+    zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
+    layer: int = -1
+    expert_role: str = ""  # "gate" | "up" | "down" for routed expert tensors
+
+    @property
+    def n_elements(self) -> int:
+        return math.prod(self.ne)
+
+    @property
+    def nbytes(self) -> int:
+        blk, size = BLOCK[self.dtype]
+        return self.n_elements // blk * size
+
+    @property
+    def row_bytes(self) -> int:
+        blk, size = BLOCK[self.dtype]
+        return self.ne[0] // blk * size
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    index: int
+    tensors: tuple[int, ...]  # indices into ModelPlan.tensors
+    header: bytes  # already padded: data starts at len(header)
+    offsets: tuple[int, ...]  # per tensor, relative to the data section
+
+    @property
+    def data_offset(self) -> int:
+        return len(self.header)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    spec: ModelSpec
+    kvs: tuple[KV, ...]
+    tensors: tuple[TensorPlan, ...]
+    shards: tuple[ShardPlan, ...]
+    shard_sizes: tuple[int, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.shard_sizes)
+
+
+@dataclass(frozen=True)
+class ExpertLocation:
+    """Where one routed-expert tensor lies: expert e's slice is bytes [offset + e*nb, offset + (e+1)*nb)."""
+
+    name: str
+    layer: int
+    role: str
+    shard: int  # 0-based
+    offset: int  # absolute, in the shard file
+    nb: int  # bytes per expert (ggml nb[2])
+    n_expert: int
+
+
+def shard_paths(out: Path, n_split: int) -> list[Path]:
+    """llama.cpp's naming (llama_split_path): PREFIX-00001-of-00003.gguf; one shard keeps OUT as given."""
+    if n_split == 1:
+        return [out]
+    prefix = out.name[: -len(".gguf")] if out.name.endswith(".gguf") else out.name
+    return [out.with_name(f"{prefix}-{i + 1:05d}-of-{n_split:05d}.gguf") for i in range(n_split)]
+
+
+def _lin(name: str, n_in: int, n_out: int, dtype: str, layer: int, gain: float = 1.0) -> TensorPlan:
+    return TensorPlan(name, (n_in, n_out), dtype, "normal", gain / math.sqrt(n_in), layer=layer)
+
+
+def _ones(name: str, n: int, layer: int) -> TensorPlan:
+    return TensorPlan(name, (n,), "f32", "ones", layer=layer)
+
+
+def _experts(spec: ModelSpec, il: int, width: int) -> list[TensorPlan]:
+    e, d, et = spec.n_expert, spec.n_embd, spec.expert_type
+    init = "normal" if et == "f32" else "blocks"
+    return [
+        TensorPlan(
+            f"blk.{il}.ffn_gate_exps.weight",
+            (d, width, e),
+            et,
+            init,
+            EXPERT_GAIN / math.sqrt(d),
+            (),
+            il,
+            "gate",
+        ),
+        TensorPlan(
+            f"blk.{il}.ffn_up_exps.weight", (d, width, e), et, init, EXPERT_GAIN / math.sqrt(d), (), il, "up"
+        ),
+        TensorPlan(
+            f"blk.{il}.ffn_down_exps.weight",
+            (width, d, e),
+            et,
+            init,
+            DOWN_GAIN / math.sqrt(width),
+            (),
+            il,
+            "down",
+        ),
+    ]
+
+
+def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
+    d, dt, hd = spec.n_embd, spec.dense_type, spec.head_dim
+    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
+    p = f"blk.{il}."
+    out = [
+        _ones(p + "attn_norm.weight", d, il),
+        _lin(p + "attn_q.weight", d, n_q, dt, il),
+        _lin(p + "attn_k.weight", d, n_kv, dt, il),
+        _lin(p + "attn_v.weight", d, n_kv, dt, il),
+        _lin(p + "attn_output.weight", n_q, d, dt, il),
+    ]
+    if spec.arch in ("qwen3moe", "qwen3"):
+        out += [_ones(p + "attn_q_norm.weight", hd, il), _ones(p + "attn_k_norm.weight", hd, il)]
+    elif spec.arch == "olmoe":
+        out += [_ones(p + "attn_q_norm.weight", n_q, il), _ones(p + "attn_k_norm.weight", n_kv, il)]
+    out.append(_ones(p + "ffn_norm.weight", d, il))
+    if spec.arch == "qwen3":
+        return out + [
+            _lin(p + "ffn_gate.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
+            _lin(p + "ffn_up.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
+            _lin(p + "ffn_down.weight", spec.n_ff, d, dt, il, DOWN_GAIN),
+        ]
+    # router in f32, as converted models have it
+    out.append(
+        TensorPlan(
+            p + "ffn_gate_inp.weight",
+            (d, spec.n_expert),
+            "f32",
+            "normal",
+            ROUTER_GAIN / math.sqrt(d),
+            layer=il,
+        )
+    )
+    width = spec.n_ff_exp
+    out += _experts(spec, il, width)
+    if spec.arch == "qwen2moe":
+        out += [
+            TensorPlan(p + "ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
+            _lin(p + "ffn_gate_shexp.weight", d, spec.n_ff_shexp, dt, il, EXPERT_GAIN),
+            _lin(p + "ffn_up_shexp.weight", d, spec.n_ff_shexp, dt, il, EXPERT_GAIN),
+            _lin(p + "ffn_down_shexp.weight", spec.n_ff_shexp, d, dt, il, DOWN_GAIN),
+        ]
+    return out
+
+
+def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
+    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab).control_ids)
+    d, dt = spec.n_embd, spec.dense_type
+    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]
+    for il in range(spec.n_layer):
+        out += _layer_tensors(spec, il)
+    out.append(_ones("output_norm.weight", d, -1))
+    out.append(
+        TensorPlan("output.weight", (d, spec.n_vocab), dt, "normal", OUTPUT_GAIN / math.sqrt(d), vocab_ctrl)
+    )
+    return out
+
+
+def plan_kvs(spec: ModelSpec) -> list[KV]:
+    a = spec.arch
+    v = tok.build_vocab(spec.n_vocab)
+    u32, f32, s = VT.UINT32, VT.FLOAT32, VT.STRING
+    kvs = [
+        KV("general.architecture", s, a),
+        KV(
+            "general.name",
+            s,
+            f"bmoe-synth-{a}-L{spec.n_layer}-E{spec.n_expert}-{spec.expert_type}-seed{spec.seed}",
+        ),
+        KV("general.quantization_version", u32, 2),
+        KV(f"{a}.context_length", u32, spec.ctx_len),
+        KV(f"{a}.embedding_length", u32, spec.n_embd),
+        KV(f"{a}.block_count", u32, spec.n_layer),
+        KV(f"{a}.attention.head_count", u32, spec.n_head),
+        KV(f"{a}.attention.head_count_kv", u32, spec.n_head_kv),
+        KV(f"{a}.attention.key_length", u32, spec.head_dim),
+        KV(f"{a}.attention.value_length", u32, spec.head_dim),
+        KV(f"{a}.attention.layer_norm_rms_epsilon", f32, spec.rms_eps),
+        KV(f"{a}.rope.freq_base", f32, spec.rope_freq_base),
+    ]
+    if a == "qwen3":
+        kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
+    elif a == "olmoe":
+        kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp))
+    else:
+        kvs.append(KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp))
+    if spec.is_moe:
+        kvs += [
+            KV(f"{a}.expert_count", u32, spec.n_expert),
+            KV(f"{a}.expert_used_count", u32, spec.n_expert_used),
+        ]
+    if a == "qwen2moe":
+        kvs.append(KV(f"{a}.expert_shared_feed_forward_length", u32, spec.n_ff_shexp))
+    kvs += [
+        KV("tokenizer.ggml.model", s, "llama"),
+        KV("tokenizer.ggml.tokens", VT.ARRAY, v.tokens, s),
+        KV("tokenizer.ggml.scores", VT.ARRAY, v.scores, f32),
+        KV("tokenizer.ggml.token_type", VT.ARRAY, v.types, VT.INT32),
+        KV("tokenizer.ggml.unknown_token_id", u32, tok.UNK_ID),
+        KV("tokenizer.ggml.bos_token_id", u32, tok.BOS_ID),
+        KV("tokenizer.ggml.eos_token_id", u32, tok.EOS_ID),
+        KV("tokenizer.ggml.add_bos_token", VT.BOOL, True),
+        KV("tokenizer.ggml.add_eos_token", VT.BOOL, False),
+        KV("tokenizer.chat_template", s, spec.chat_template or tok.CHATML_TEMPLATE),
+    ]
+    return kvs
+
+
+def _split_kvs(index: int, n_split: int, n_tensors: int) -> list[KV]:
+    return [
+        KV("split.no", VT.UINT16, index),
+        KV("split.count", VT.UINT16, n_split),
+        KV("split.tensors.count", VT.INT32, n_tensors),
+    ]
+
+
+def assign_shards(sizes: list[int], n_split: int) -> list[list[int]]:
+    """Contiguous runs of tensors, each shard close to total/n_split bytes, none empty."""
+    if n_split > len(sizes):
+        raise ValueError(f"{n_split} shards for {len(sizes)} tensors")
+    total = sum(sizes)
+    shards: list[list[int]] = [[] for _ in range(n_split)]
+    cur, acc = 0, 0
+    for i, nb in enumerate(sizes):
+        remaining_tensors = len(sizes) - i
+        remaining_shards = n_split - cur - 1
+        must_advance = shards[cur] and remaining_tensors == remaining_shards
+        wants_advance = shards[cur] and remaining_shards > 0 and acc + nb / 2 > total * (cur + 1) / n_split
+        if must_advance or wants_advance:
+            cur += 1
+        shards[cur].append(i)
+        acc += nb
+    return shards
+
+
+def plan_model(spec: ModelSpec) -> ModelPlan:
+    validate(spec)
+    tensors = plan_tensors(spec)
+    if spec.n_split > len(tensors):
+        raise UserError(f"--split {spec.n_split} is more than the model's {len(tensors)} tensors")
+    kvs = plan_kvs(spec)
+    groups = assign_shards([t.nbytes for t in tensors], spec.n_split)
+    shards, sizes = [], []
+    for si, idxs in enumerate(groups):
+        shard_kvs = (kvs if si == 0 else kvs[:1]) if spec.n_split > 1 else kvs
+        if spec.n_split > 1:
+            shard_kvs = shard_kvs + _split_kvs(si, spec.n_split, len(tensors))
+        offsets, off = [], 0
+        for i in idxs:
+            offsets.append(off)
+            off = align(off + tensors[i].nbytes)
+        infos = [
+            TensorInfo(tensors[i].name, tensors[i].ne, GGML_TYPE_ID[tensors[i].dtype], o)
+            for i, o in zip(idxs, offsets, strict=True)
+        ]
+        header = encode_header(shard_kvs, infos)
+        last = tensors[idxs[-1]]
+        shards.append(ShardPlan(si, tuple(idxs), header, tuple(offsets)))
+        sizes.append(len(header) + align(offsets[-1] + last.nbytes))
+    return ModelPlan(spec, tuple(kvs), tuple(tensors), tuple(shards), tuple(sizes))
+
+
+def expert_locations(plan: ModelPlan) -> list[ExpertLocation]:
+    """Every routed-expert tensor's shard, absolute offset and per-expert size, in plan order."""
+    out = []
+    for sh in plan.shards:
+        for i, off in zip(sh.tensors, sh.offsets, strict=True):
+            t = plan.tensors[i]
+            if t.expert_role:
+                out.append(
+                    ExpertLocation(
+                        t.name,
+                        t.layer,
+                        t.expert_role,
+                        sh.index,
+                        sh.data_offset + off,
+                        t.nbytes // t.ne[2],
+                        t.ne[2],
+                    )
+                )
+    return out

@@ -1,0 +1,139 @@
+"""What a synthetic model looks like: one dataclass and its validation (pure, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import UserError
+
+# arch -> what the writer knows how to lay out. qwen3moe/qwen2moe are the engine's targets; qwen3 is the dense
+# control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
+ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "qwen3", "olmoe")
+MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "olmoe"})
+EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k")
+DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
+
+# the row length (ne[0]) of a tensor of this type must be a multiple of this
+BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A synthetic model. Same spec (seed included) -> byte-identical file(s)."""
+
+    arch: str = "qwen3moe"
+    n_layer: int = 4
+    n_expert: int = 8
+    n_expert_used: int = 2
+    n_embd: int = 256
+    n_ff_exp: int = 256
+    n_ff_shexp: int = 512  # qwen2moe shared expert width
+    n_ff: int = 512  # dense FFN width (qwen3 only)
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 64
+    n_vocab: int = 320
+    ctx_len: int = 4096
+    expert_type: str = "q4_k"
+    dense_type: str = "f32"
+    seed: int = 0
+    n_split: int = 1
+    chat_template: str = ""  # empty: the built-in ChatML template
+    rms_eps: float = 1e-6
+    rope_freq_base: float = 1_000_000.0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.arch in MOE_ARCHS
+
+
+MIN_VOCAB = 256 + 5  # 256 byte tokens + unk, bos, eos, im_start, im_end
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise UserError(msg)
+
+
+def validate(spec: ModelSpec) -> None:
+    """Refuse a spec llama.cpp could not load, naming the flag to change."""
+    _need(spec.arch in ARCHS, f"--arch {spec.arch!r} is not one of {', '.join(ARCHS)}")
+    _need(
+        spec.expert_type in EXPERT_TYPES,
+        f"--expert-type {spec.expert_type!r} is not one of {', '.join(EXPERT_TYPES)}",
+    )
+    _need(
+        spec.dense_type in DENSE_TYPES,
+        f"--dense-type {spec.dense_type!r} is not one of {', '.join(DENSE_TYPES)}",
+    )
+    for flag, val in (
+        ("--layers", spec.n_layer),
+        ("--embd", spec.n_embd),
+        ("--heads", spec.n_head),
+        ("--heads-kv", spec.n_head_kv),
+        ("--head-dim", spec.head_dim),
+        ("--ctx", spec.ctx_len),
+        ("--split", spec.n_split),
+    ):
+        _need(val >= 1, f"{flag} must be at least 1 (got {val})")
+    _need(spec.seed >= 0, f"--seed must be >= 0 (got {spec.seed})")
+    _need(
+        spec.n_vocab >= MIN_VOCAB,
+        f"--vocab must be at least {MIN_VOCAB} (256 bytes + 5 specials), got {spec.n_vocab}",
+    )
+    _need(
+        spec.n_head % spec.n_head_kv == 0,
+        f"--heads ({spec.n_head}) must be a multiple of --heads-kv ({spec.n_head_kv})",
+    )
+    _need(spec.head_dim % 2 == 0, f"--head-dim must be even for RoPE (got {spec.head_dim})")
+    if spec.is_moe:
+        _need(spec.n_expert >= 1, f"--experts must be at least 1 (got {spec.n_expert})")
+        _need(
+            1 <= spec.n_expert_used <= spec.n_expert,
+            f"--top-k must be between 1 and --experts ({spec.n_expert}), got {spec.n_expert_used}",
+        )
+        _need(spec.n_ff_exp >= 1, f"--expert-ff must be at least 1 (got {spec.n_ff_exp})")
+        blk = BLOCK_ELEMS[spec.expert_type]
+        # gate/up rows are n_embd long, down rows n_ff_exp long
+        _need(
+            spec.n_embd % blk == 0,
+            f"--embd {spec.n_embd} is not a multiple of {blk}, which --expert-type {spec.expert_type} needs",
+        )
+        _need(
+            spec.n_ff_exp % blk == 0,
+            f"--expert-ff {spec.n_ff_exp} is not a multiple of {blk}, "
+            f"which --expert-type {spec.expert_type} needs",
+        )
+    if spec.arch in ("qwen2moe", "olmoe"):
+        # these archs size wq/wo as n_embd x n_embd
+        _need(
+            spec.n_head * spec.head_dim == spec.n_embd,
+            f"--arch {spec.arch} needs --heads x --head-dim == --embd "
+            f"({spec.n_head} x {spec.head_dim} != {spec.n_embd})",
+        )
+    if spec.arch == "olmoe":
+        _need(
+            spec.n_head_kv == spec.n_head,
+            f"--arch olmoe needs --heads-kv == --heads (its k-norm spans n_embd), got {spec.n_head_kv}",
+        )
+    if spec.arch == "qwen2moe":
+        _need(spec.n_ff_shexp >= 1, f"--shared-ff must be at least 1 (got {spec.n_ff_shexp})")
+    if spec.arch == "qwen3":
+        _need(spec.n_ff >= 1, f"dense FFN width must be at least 1 (got {spec.n_ff})")
+    dblk = BLOCK_ELEMS[spec.dense_type]
+    for flag, width in (("--embd", spec.n_embd), ("--heads x --head-dim", spec.n_head * spec.head_dim)):
+        _need(
+            width % dblk == 0,
+            f"{flag} ({width}) is not a multiple of {dblk}, which --dense-type {spec.dense_type} needs",
+        )
+    if spec.arch == "qwen2moe":
+        _need(
+            spec.n_ff_shexp % dblk == 0,
+            f"--shared-ff {spec.n_ff_shexp} is not a multiple of {dblk}, "
+            f"which --dense-type {spec.dense_type} needs",
+        )
+    if spec.arch == "qwen3":
+        _need(
+            spec.n_ff % dblk == 0,
+            f"dense FFN width {spec.n_ff} is not a multiple of {dblk} (dense type {spec.dense_type})",
+        )

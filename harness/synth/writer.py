@@ -1,0 +1,73 @@
+"""Write a planned model to disk: each shard's header first, then its tensors' data chunk by chunk, so
+memory stays bounded by one chunk whatever the model size. Files get their final names only when complete."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.synth.fill import tensor_chunks
+from harness.synth.gguf_encode import align
+from harness.synth.plan import ModelPlan, plan_model, shard_paths
+from harness.synth.spec import ModelSpec
+
+ProgressFn = Callable[[int], None]  # called with the number of bytes just written
+
+
+def check_outputs(out: Path, n_split: int, force: bool) -> list[Path]:
+    """The shard paths; refuse to overwrite without force, or to write into a missing directory."""
+    paths = shard_paths(out, n_split)
+    if not out.parent.is_dir():
+        raise UserError(f"output directory {out.parent} does not exist: create it or pick another OUT path")
+    if not force:
+        for p in paths:
+            if p.exists():
+                raise UserError(f"{p} already exists: pass --force to overwrite it")
+    return paths
+
+
+def write_plan(plan: ModelPlan, paths: list[Path], on_bytes: ProgressFn | None = None) -> None:
+    seed = plan.spec.seed
+    for shard, path in zip(plan.shards, paths, strict=True):
+        tmp = path.with_name(path.name + ".part")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(shard.header)
+                pos = 0
+                for i, off in zip(shard.tensors, shard.offsets, strict=True):
+                    f.write(b"\0" * (off - pos))
+                    t = plan.tensors[i]
+                    n = 0
+                    for chunk in tensor_chunks(t, seed):
+                        f.write(chunk)
+                        n += len(chunk)
+                        if on_bytes is not None:
+                            on_bytes(len(chunk))
+                    if n != t.nbytes:
+                        raise RuntimeError(f"{t.name}: generated {n} bytes, planned {t.nbytes}")
+                    pos = off + n
+                f.write(b"\0" * (align(pos) - pos))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def make_model(out: Path, spec: ModelSpec, progress: bool = False, force: bool = True) -> list[Path]:
+    """Write the synthetic model `spec` to `out` (one file, or n_split shards named after it); return the
+    written paths. Same spec -> byte-identical files."""
+    plan = plan_model(spec)
+    paths = check_outputs(Path(out), spec.n_split, force)
+    if not progress:
+        write_plan(plan, paths)
+        return paths
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    cols = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress("[progress.description]{task.description}", *cols, console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"writing {paths[0].name}", total=plan.total_bytes)
+        write_plan(plan, paths, lambda n: bar.advance(task, n))
+    return paths
