@@ -1,0 +1,265 @@
+"""Where every expert slice lies on disk: a small GGUF header parser (v2/v3) across shards.
+
+Reads only headers (metadata and tensor infos), never tensor data, so it is instant on a 17 GB file.
+Absolute offset of a tensor = that shard's data offset + the tensor's offset; expert e's slice is at
++ e * nb2, nb2 bytes long (nb2 = bytes of one expert matrix).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from harness.engine.registry import REGISTRY, ArchRow, supported
+from harness.errors import UserError
+
+_SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+# GGUF value types
+_FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+class _Truncated(Exception):
+    pass
+
+
+class _Reader:
+    def __init__(self, f):
+        self.f = f
+
+    def read(self, n: int) -> bytes:
+        b = self.f.read(n)
+        if len(b) != n:
+            raise _Truncated()
+        return b
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self.read(4))[0]
+
+    def u64(self) -> int:
+        return struct.unpack("<Q", self.read(8))[0]
+
+    def string(self) -> str:
+        n = self.u64()
+        if n > 1 << 24:
+            raise _Truncated()
+        return self.read(n).decode("utf-8", "replace")
+
+    def value(self, vtype: int, keep: bool):
+        if vtype in _FMT:
+            fmt = _FMT[vtype]
+            return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            itype, n = self.u32(), self.u64()
+            if itype in _FMT:  # skip fixed-size arrays in one seek
+                size = struct.calcsize(_FMT[itype]) * n
+                if keep:
+                    return list(struct.unpack(f"<{n}{_FMT[itype][1]}", self.read(size)))
+                self.f.seek(size, os.SEEK_CUR)
+                return None
+            items = [self.value(itype, keep) for _ in range(n)]
+            return items if keep else None
+        raise _Truncated()
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # ggml order: ne[0], ne[1], ...
+    ggml_type: int
+    shard: int
+    abs_offset: int
+    nbytes: int
+
+
+@dataclass
+class ShardHeader:
+    path: Path
+    kv: dict[str, object]
+    tensors: list[TensorInfo]
+    data_offset: int
+    file_size: int
+
+
+def _nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    blk, tsize = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    n = 1
+    for d in shape:
+        n *= d
+    return n // blk * tsize
+
+
+_KEEP_ARRAYS = ()  # no array values are needed by the engine
+
+
+def read_header(path: Path, shard: int = 0) -> ShardHeader:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            r = _Reader(f)
+            if r.read(4) != b"GGUF":
+                raise UserError(f"{path}: not a GGUF file (bad magic); pass a .gguf model")
+            version = r.u32()
+            if version not in (2, 3):
+                raise UserError(f"{path}: GGUF version {version} is not supported (2 or 3)")
+            n_tensors, n_kv = r.u64(), r.u64()
+            kv: dict[str, object] = {}
+            for _ in range(n_kv):
+                key = r.string()
+                vtype = r.u32()
+                kv[key] = r.value(vtype, keep=key in _KEEP_ARRAYS)
+            raw = []
+            for _ in range(n_tensors):
+                name = r.string()
+                nd = r.u32()
+                shape = tuple(r.u64() for _ in range(nd))
+                raw.append((name, shape, r.u32(), r.u64()))
+            align = int(kv.get("general.alignment", 32) or 32)
+            pos = f.tell()
+            data_offset = (pos + align - 1) // align * align
+    except _Truncated:
+        raise UserError(
+            f"{path}: truncated GGUF header; the file is incomplete, download or generate it again") from None
+    except PermissionError:
+        raise UserError(f"{path}: permission denied; make the model file readable (chmod a+r)") from None
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such model file; check the -m path") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory; pass the .gguf file (first shard of a split model)") from None
+    tensors = []
+    for name, shape, gtype, off in raw:
+        try:
+            nb = _nbytes(shape, gtype)
+        except (ValueError, KeyError):
+            raise UserError(f"{path}: tensor {name} has unknown ggml type {gtype}") from None
+        tensors.append(TensorInfo(name, shape, gtype, shard, data_offset + off, nb))
+    end = max((t.abs_offset + t.nbytes for t in tensors), default=data_offset)
+    if end > size:
+        raise UserError(
+            f"{path}: truncated GGUF: tensor data ends at byte {end} but the file has {size} bytes; "
+            "the file is incomplete, download or generate it again"
+        )
+    return ShardHeader(path, kv, tensors, data_offset, size)
+
+
+def shard_paths(first: Path, kv: dict[str, object]) -> list[Path]:
+    count = int(kv.get("split.count", 1) or 1)
+    if count <= 1:
+        return [first]
+    m = _SPLIT_RE.match(first.name)
+    if not m or int(m.group("no")) != 1:
+        raise UserError(f"{first}: split model ({count} shards): pass the first shard, NAME-00001-of-{count:05d}.gguf")
+    prefix = first.parent / m.group("prefix")
+    paths = [Path(f"{prefix}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    for p in paths:
+        if not p.exists():
+            raise UserError(f"{p}: missing shard {paths.index(p) + 1} of {count}; put every shard beside the first")
+    return paths
+
+
+@dataclass
+class ExpertTensor:
+    layer: int
+    kind: str  # e.g. ffn_gate_exps
+    name: str
+    path: Path
+    abs_offset: int
+    nbytes: int
+    nb2: int  # bytes per expert
+    n_expert: int
+    shape: tuple[int, ...]
+    ggml_type: int
+
+
+@dataclass
+class ModelLayout:
+    arch: str
+    row: ArchRow
+    n_layer: int
+    n_expert: int
+    n_expert_used: int
+    shards: list[Path]
+    file_bytes: int
+    experts: dict[str, ExpertTensor] = field(default_factory=dict)  # by tensor name
+    by_layer: dict[int, list[ExpertTensor]] = field(default_factory=dict)
+    dense_bytes_by_layer: dict[int, int] = field(default_factory=dict)
+    nonexpert_bytes: int = 0
+
+    @property
+    def moe_layers(self) -> list[int]:
+        return sorted(self.by_layer)
+
+    def expert_bytes(self, layer: int) -> int:
+        """Bytes of one expert of this layer (all its streamed matrices)."""
+        return sum(t.nb2 for t in self.by_layer.get(layer, ()))
+
+    def expert_bytes_per_layer(self) -> list[int]:
+        return [self.expert_bytes(il) for il in range(self.n_layer)]
+
+    @property
+    def expert_total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.experts.values())
+
+
+_BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)\.weight$")
+
+
+def load_layout(model: Path | str) -> ModelLayout:
+    """Parse every shard's header and resolve the routed-expert tensors. Refuses dense models and
+    architectures not in the registry with one line naming the supported set."""
+    first = Path(model)
+    h0 = read_header(first, 0)
+    arch = str(h0.kv.get("general.architecture", "") or "")
+    if not arch:
+        raise UserError(f"{first}: no general.architecture in the GGUF metadata; not a llama.cpp model")
+    n_expert = int(h0.kv.get(f"{arch}.expert_count", 0) or 0)
+    if n_expert <= 1:
+        raise UserError(
+            f"{first}: '{arch}' is a dense model (no routed experts); bmoe streams MoE models "
+            f"({supported()}); run it with plain llama.cpp"
+        )
+    row = REGISTRY.get(arch)
+    if row is None:
+        raise UserError(
+            f"{first}: MoE architecture '{arch}' is not supported; supported: {supported()} (bmoe --list-archs)")
+    paths = shard_paths(first, h0.kv)
+    headers = [h0] + [read_header(p, i) for i, p in enumerate(paths[1:], start=1)]
+    n_layer = int(h0.kv.get(f"{arch}.block_count", 0) or 0)
+    lay = ModelLayout(
+        arch=arch, row=row, n_layer=n_layer, n_expert=n_expert,
+        n_expert_used=int(h0.kv.get(f"{arch}.expert_used_count", 0) or 0),
+        shards=paths, file_bytes=sum(h.file_size for h in headers),
+    )
+    streamed = set(row.expert_tensors)
+    for h in headers:
+        for t in h.tensors:
+            m = _BLK_RE.match(t.name)
+            if m and m.group(2) in streamed:
+                il = int(m.group(1))
+                if len(t.shape) != 3 or t.shape[2] != n_expert:
+                    raise UserError(f"{h.path}: {t.name} has shape {t.shape}, expected [*, *, {n_expert}] experts")
+                et = ExpertTensor(il, m.group(2), t.name, h.path, t.abs_offset, t.nbytes,
+                                  t.nbytes // n_expert, n_expert, t.shape, t.ggml_type)
+                lay.experts[t.name] = et
+                lay.by_layer.setdefault(il, []).append(et)
+            else:
+                lay.nonexpert_bytes += t.nbytes
+                if m:
+                    il = int(m.group(1))
+                    lay.dense_bytes_by_layer[il] = lay.dense_bytes_by_layer.get(il, 0) + t.nbytes
+    if not lay.experts:
+        raise UserError(
+            f"{first}: no routed-expert tensors ({', '.join(row.expert_tensors)}) found; is the file complete?")
+    for il, ts in lay.by_layer.items():
+        kinds = sorted(t.kind for t in ts)
+        if kinds != sorted(streamed):
+            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(streamed)}")
+    return lay

@@ -1,0 +1,232 @@
+"""The router hook on llama.cpp's `cb_eval`: routed experts are read from flash when a token needs them.
+
+Contract (ggml_backend_sched with an eval callback): for each graph node the scheduler first asks
+(`ask=True`); a True answer ends the current group, which is computed and synchronised, and the node is
+then passed again with `ask=False`. So:
+- `ffn_moe_topk-<il>` is isolated (True on ask); in its non-ask call the selected ids are materialised:
+  the cache accounts the layer batch, evicted slices are dropped and reads for the misses go to the lanes.
+- a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor's data pointer
+  is rebound to an anonymous reservation (asks run before compute, so nothing is ever faulted in through
+  the file mapping); on every ask we wait for that tensor's reads. Non-last expert matmuls of a layer
+  (gate, up) are isolated too, so the last one's reads (down) overlap their compute.
+An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
+is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.engine.cache import ExpertCache
+from harness.engine.ggml import (
+    GGML_OP_MUL_MAT_ID,
+    GGML_OP_TOP_K,
+    GGML_OP_VIEW,
+    GGML_TYPE_I32,
+    OFF_DATA,
+    OFF_NAME,
+    OFF_OP,
+    OFF_SRC0,
+    tensor_at,
+)
+from harness.engine.gguf_layout import ExpertTensor, ModelLayout
+from harness.engine.reader import SliceReader
+from harness.engine.vm import Reservation
+
+_c_int = ctypes.c_int
+_c_vp = ctypes.c_void_p
+_string_at = ctypes.string_at
+
+
+@dataclass
+class Bound:
+    addr: int  # the model tensor's address
+    et: ExpertTensor
+    res: Reservation
+    isolate: bool  # answer True on its ask (not the last expert matmul of its layer)
+
+
+@dataclass
+class TokenCounters:
+    stall_ns: int = 0
+    mgmt_ns: int = 0
+    io_ns: int = 0
+    read_bytes: int = 0
+    lookups: int = 0
+    hits: int = 0
+
+
+@dataclass
+class RouteEvent:
+    phase: int
+    layer: int
+    ids: np.ndarray  # [n_tokens, k]
+    residency: dict[int, int] = field(default_factory=dict)  # expert -> 0 miss / 1 hit
+
+
+class HookError(RuntimeError):
+    pass
+
+
+class StreamHook:
+    NOT_EXPERT = None
+
+    def __init__(self, layout: ModelLayout, cache: ExpertCache, reader: SliceReader,
+                 record_routes: bool = False, corrupt: tuple[int, int, int] | None = None,
+                 fail_at_layer: int | None = None):
+        self.layout = layout
+        self.cache = cache
+        self.reader = reader
+        self.topk_prefix = (layout.row.topk_node + "-").encode()
+        self.bound: dict[int, Bound | None] = {}
+        self.layer_bound: dict[int, list[Bound]] = {}
+        self.pending: dict[int, list[int]] = {}  # layer -> misses not yet read for unbound tensors
+        self.inflight: dict[int, list[Future]] = {}
+        self.error: BaseException | None = None
+        self.counters = TokenCounters()
+        self.k_effective: int | None = None
+        self.record_routes = record_routes
+        self.routes: list[RouteEvent] = []
+        self.phase = 0
+        self.corrupt = corrupt  # test-only negative control: (layer, expert, wrong_expert)
+        self.fail_at_layer = fail_at_layer  # test-only: raise inside the callback at this layer's topk
+        last_kind = {il: ts[-1].kind for il, ts in layout.by_layer.items()}
+        self._last_kind = last_kind
+        from llama_cpp import llama_cpp as L
+
+        self.cfunc = L.ggml_backend_sched_eval_callback(self._callback)
+
+    # -- the callback -------------------------------------------------------------------------
+    def _callback(self, t: int, ask: bool, _ud) -> bool:
+        if self.error is not None:
+            return ask  # abort: the following non-ask answers False
+        try:
+            if ask:
+                op = _c_int.from_address(t + OFF_OP).value
+                if op == GGML_OP_MUL_MAT_ID:
+                    src = _c_vp.from_address(t + OFF_SRC0).value
+                    b = self.bound.get(src, 0)
+                    if b == 0:
+                        b = self._bind(src)
+                    if b is None:
+                        return False
+                    futs = self.inflight.pop(src, None)
+                    if futs:
+                        self._wait(futs)
+                    return b.isolate
+                if op == GGML_OP_VIEW or op == GGML_OP_TOP_K:
+                    return _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix)
+                return False
+            if _c_int.from_address(t + OFF_OP).value != GGML_OP_MUL_MAT_ID:
+                self._on_topk(t)
+            return True
+        except BaseException as e:  # noqa: BLE001 - must not escape into ctypes
+            self.error = e
+            return ask
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _bind(self, src: int) -> Bound | None:
+        name = _string_at(src + OFF_NAME).decode()
+        et = self.layout.experts.get(name)
+        if et is None:
+            self.bound[src] = None
+            return None
+        t0 = time.perf_counter_ns()
+        tt = tensor_at(src)
+        shape = tuple(int(tt.ne[i]) for i in range(len(et.shape)))
+        if shape != et.shape or int(tt.nb[2]) != et.nb2 or int(tt.type) != et.ggml_type:
+            raise HookError(
+                f"{name}: graph tensor shape {shape} nb2 {int(tt.nb[2])} type {int(tt.type)} does not match the "
+                f"GGUF ({et.shape}, {et.nb2}, {et.ggml_type}); was the model loaded with weight repacking?")
+        res = Reservation(et.nbytes, et.abs_offset)
+        _c_vp.from_address(src + OFF_DATA).value = res.data
+        b = Bound(src, et, res, isolate=et.kind != self._last_kind[et.layer])
+        self.bound[src] = b
+        self.layer_bound.setdefault(et.layer, []).append(b)
+        misses = self.pending.get(et.layer)
+        if misses:
+            self.inflight[src] = [self._submit(b, e) for e in misses]
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        return b
+
+    def _submit(self, b: Bound, e: int) -> Future:
+        et = b.et
+        src_e = e
+        if self.corrupt is not None and self.corrupt[0] == et.layer and self.corrupt[1] == e:
+            src_e = self.corrupt[2]  # negative control: load the wrong expert's bytes into e's slot
+        pos = et.abs_offset + e * et.nb2
+        if src_e != e:
+            return self.reader.pool.submit(self._read_wrong, b, e, src_e)
+        return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
+
+    def _read_wrong(self, b: Bound, e: int, src_e: int) -> tuple[int, int]:
+        et = b.et
+        with open(et.path, "rb") as f:
+            f.seek(et.abs_offset + src_e * et.nb2)
+            data = f.read(et.nb2)
+        ctypes.memmove(b.res.addr_of(et.abs_offset + e * et.nb2), data, et.nb2)
+        return et.nb2, 0
+
+    def _wait(self, futs: list[Future]) -> None:
+        t0 = time.perf_counter_ns()
+        c = self.counters
+        for f in futs:
+            got, ns = f.result()
+            c.read_bytes += got
+            c.io_ns += ns
+        c.stall_ns += time.perf_counter_ns() - t0
+
+    def _on_topk(self, t: int) -> None:
+        t0 = time.perf_counter_ns()
+        tt = tensor_at(t)
+        name = tt.name.decode()
+        il = int(name[len(self.topk_prefix):])
+        if il == self.fail_at_layer:
+            raise HookError(f"test fault injected at layer {il} (BMOE_TEST_FAIL_AT_LAYER)")
+        if tt.type != GGML_TYPE_I32:
+            raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
+        k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
+        stride = nb1 // 4
+        buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(tt.data)
+        flat = np.frombuffer(buf, dtype=np.int32)
+        ids = np.lib.stride_tricks.as_strided(flat, shape=(n_tok, k), strides=(nb1, 4)).copy()
+        self.k_effective = k
+        n_exp = self.layout.n_expert
+        if ids.min() < 0 or ids.max() >= n_exp:
+            raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {ids.min()}..{ids.max()}")
+        flat_ids = ids.reshape(-1).tolist()
+        order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
+        res = self.cache.lookup_batch(il, flat_ids)  # duplicates only promote, inside the cache
+        c = self.counters
+        c.lookups += len(order)
+        c.hits += len(res.hits)
+        for (vl, ve) in res.evicted:
+            for b in self.layer_bound.get(vl, ()):
+                pos = b.et.abs_offset + ve * b.et.nb2
+                b.res.drop(pos, pos + b.et.nb2)
+        if res.misses:
+            for b in self.layer_bound.get(il, ()):
+                futs = [self._submit(b, e) for e in res.misses]
+                self.inflight.setdefault(b.addr, []).extend(futs)
+        if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
+            self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
+        else:
+            self.pending.pop(il, None)
+        if self.record_routes:
+            hits = set(res.hits)
+            self.routes.append(RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order}))
+        c.mgmt_ns += time.perf_counter_ns() - t0
+
+    def take_counters(self) -> TokenCounters:
+        c, self.counters = self.counters, TokenCounters()
+        return c
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise HookError(f"streaming hook failed: {type(e).__name__}: {e}") from e

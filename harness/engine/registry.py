@@ -1,0 +1,40 @@
+"""Supported MoE architectures: one row each. A new architecture is one row here.
+
+The row names which per-layer tensors hold the routed experts (streamed) and which graph node carries
+the routing decision. Everything else (shared experts, router, attention, norms) stays resident.
+Expert counts, top-k and tensor layouts always come from the model file, never from the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ArchRow:
+    arch: str
+    expert_tensors: tuple[str, ...]  # tensor names within a block: blk.<il>.<name>.weight
+    topk_node: str = "ffn_moe_topk"  # graph node "<topk_node>-<il>" holding the selected expert ids
+    note: str = ""
+
+
+REGISTRY: dict[str, ArchRow] = {
+    row.arch: row
+    for row in (
+        ArchRow("qwen3moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="Qwen3 MoE (e.g. Qwen3-30B-A3B); router resident"),
+        ArchRow("qwen2moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="Qwen2/Qwen1.5 MoE; shared experts (ffn_*_shexp) and router stay resident"),
+    )
+}
+
+
+def supported() -> str:
+    return ", ".join(sorted(REGISTRY))
+
+
+def list_archs_text() -> str:
+    lines = ["supported MoE architectures (streamed tensors; everything else stays resident):"]
+    for row in sorted(REGISTRY.values(), key=lambda r: r.arch):
+        lines.append(f"  {row.arch:10s} {', '.join(row.expert_tensors)}  - {row.note}")
+    return "\n".join(lines)

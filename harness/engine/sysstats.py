@@ -1,0 +1,77 @@
+"""Process and machine readings for per-token telemetry (Linux /proc; -1 where unavailable)."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+MIB = 1024 * 1024
+
+
+def _kv_kb(path: str, keys: tuple[str, ...]) -> dict[str, float]:
+    out = {k: -1.0 for k in keys}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in out:
+                    out[k] = float(v.split()[0]) / 1024.0  # kB -> MiB
+    except OSError:
+        pass
+    return out
+
+
+def meminfo() -> dict[str, float]:
+    return _kv_kb("/proc/meminfo", ("MemAvailable", "MemFree", "SwapFree", "MemTotal"))
+
+
+def proc_status() -> dict[str, float]:
+    return _kv_kb("/proc/self/status", ("VmRSS", "RssAnon", "RssFile", "VmSwap", "VmHWM"))
+
+
+def proc_io_read_bytes() -> int:
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def rusage() -> tuple[int, float]:
+    """(major faults, CPU seconds user+sys) of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_majflt, r.ru_utime + r.ru_stime
+
+
+def cgroup_memory() -> tuple[int | None, int | None]:
+    """(limit bytes, usage bytes) of this process's memory cgroup, or (None, None) when unlimited."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        _, ctrl, path = line.split(":", 2)
+        if ctrl == "":  # v2
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+            lim, use = base / "memory.max", base / "memory.current"
+        elif "memory" in ctrl.split(","):
+            base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            lim, use = base / "memory.limit_in_bytes", base / "memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            raw = lim.read_text().strip()
+            if raw == "max" or int(raw) >= 1 << 60:
+                continue
+            return int(raw), int(use.read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return None, None
+
+
+def host_description() -> str:
+    u = os.uname()
+    return f"{u.sysname} {u.release} {u.machine}, {os.cpu_count()} CPUs"

@@ -1,0 +1,42 @@
+"""Anonymous reservations that stand in for expert tensors, and page-exact eviction.
+
+Each streamed tensor gets a MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE reservation of its full size plus
+padding. The tensor's data pointer is placed so that its address is congruent to the tensor's file
+offset modulo the page size: a page-aligned O_DIRECT read of a slice's superset then lands straight in
+place (the neighbouring bytes read are the file's own, hence correct). One page of padding before and
+after absorbs the superset of the first and last slice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+PAGE = mmap.PAGESIZE
+
+
+class Reservation:
+    def __init__(self, size: int, file_offset: int):
+        self.size = size
+        self.total = size + 3 * PAGE
+        flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
+        self.mm = mmap.mmap(-1, self.total, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        self.data = self.base + PAGE + (file_offset % PAGE)
+        self.file_offset = file_offset
+
+    def addr_of(self, file_pos: int) -> int:
+        """Address that holds the byte at absolute file position `file_pos`."""
+        return self.data + (file_pos - self.file_offset)
+
+    def drop(self, file_start: int, file_end: int) -> int:
+        """Release the pages wholly inside [file_start, file_end). A boundary page shared with a
+        neighbouring slice stays, since the neighbour may be resident. Returns bytes released."""
+        a = self.addr_of(file_start)
+        b = self.addr_of(file_end)
+        a_pg = (a + PAGE - 1) // PAGE * PAGE
+        b_pg = b // PAGE * PAGE
+        if b_pg <= a_pg:
+            return 0
+        self.mm.madvise(mmap.MADV_DONTNEED, a_pg - self.base, b_pg - a_pg)
+        return b_pg - a_pg
