@@ -1,0 +1,144 @@
+"""Pure expansion of a campaign into cells (one flag varied at a time, or a cross when asked for) and
+into an ordered list of runs."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+from harness.campaigns.schema import Campaign, FlagValue
+from harness.campaigns.yamlsrc import CampaignError
+
+
+@dataclass(frozen=True)
+class Cell:
+    index: int
+    flags: dict[str, FlagValue]  # the full engine flags of this cell (base + its change)
+    varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
+    line: int  # source line that produced it
+
+    @property
+    def label(self) -> str:
+        return cell_label(self.varied)
+
+    @property
+    def is_base(self) -> bool:
+        return not self.varied
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    round: int  # 0-based repeat round
+    cell: int  # Cell.index
+    position: int  # 0-based place in the campaign's run order
+
+
+def _absent(v: FlagValue) -> bool:
+    return v is None or v is False
+
+
+def same_value(a: FlagValue, b: FlagValue) -> bool:
+    if _absent(a) and _absent(b):
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    return a == b and type(a) is type(b) or str(a) == str(b)
+
+
+def render_value(v: FlagValue) -> str:
+    if v is True:
+        return "on"
+    if _absent(v):
+        return "off"
+    return str(v)
+
+
+def cell_label(varied: dict[str, FlagValue]) -> str:
+    if not varied:
+        return "base"
+    return " ".join(f"{k}={render_value(v)}" for k, v in varied.items())
+
+
+def flags_argv(flags: dict[str, FlagValue]) -> list[str]:
+    """Engine argv for a flag mapping: true -> bare flag, false/null -> omitted, else flag value."""
+    out: list[str] = []
+    for k, v in flags.items():
+        if v is True:
+            out.append(k)
+        elif _absent(v):
+            continue
+        else:
+            out += [k, str(v)]
+    return out
+
+
+def _diff(base: dict[str, FlagValue], flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    keys = list(base) + [k for k in flags if k not in base]
+    return {k: flags.get(k) for k in keys if not same_value(base.get(k), flags.get(k))}
+
+
+def expand_cells(c: Campaign) -> list[Cell]:
+    """Base cell first, then each axis value that differs from the base (axis order, value order), then
+    explicit cells. With `cross: true`, every combination of the axes instead. Duplicates and explicit
+    cells that differ from the base in more than one flag are errors."""
+    base = dict(c.flags)
+    raw: list[tuple[dict[str, FlagValue], int]] = [(base, c.flags_line)]
+    if c.cross and c.axes:
+        for combo in itertools.product(*[list(zip(a.values, a.lines, strict=True)) for a in c.axes]):
+            flags = dict(base)
+            for ax, (v, _line) in zip(c.axes, combo, strict=True):
+                flags[ax.flag] = v
+            raw.append((flags, combo[0][1]))
+    else:
+        for ax in c.axes:
+            for v, line in zip(ax.values, ax.lines, strict=True):
+                raw.append(({**base, ax.flag: v}, line))
+    problems: list[tuple[int, str]] = []
+    for ec in c.cells:
+        flags = {**base, **ec.flags}
+        d = _diff(base, flags)
+        if len(d) > 1 and not c.cross:
+            problems.append((ec.line, f"cell {cell_label(d)} differs from the base in {len(d)} flags "
+                                      f"({', '.join(d)}); vary one at a time, or set cross: true"))
+        raw.append((flags, ec.line))
+
+    cells: list[Cell] = []
+    seen: dict[str, int] = {}
+    for flags, line in raw:
+        d = _diff(base, flags)
+        key = cell_label(d)
+        if key in seen:
+            if d:  # an axis value equal to the base is simply the base cell
+                problems.append((line, f"cell {key} is listed twice (first at line {seen[key]})"))
+            continue
+        seen[key] = line
+        # keep base flags first, in their order, for readable argv
+        full = {k: flags[k] for k in list(base) + [k for k in flags if k not in base]}
+        cells.append(Cell(index=len(cells), flags=full, varied=d, line=line))
+    if problems:
+        raise CampaignError([f"{c.source}:{ln}: {m}" for ln, m in sorted(problems)])
+    if len(cells) < 2:
+        raise CampaignError([f"{c.source}:{c.lines.get('axes', 1)}: the campaign has only the base cell: "
+                             f"add an axis (axes: [{{flag: --x, values: [a, b]}}]) with a value that differs "
+                             f"from the base"])
+    return cells
+
+
+def order_runs(n_cells: int, repeats: int, order: str, seed: int) -> list[RunSpec]:
+    """Every cell once per round. interleaved: 0..n-1 each round; alternating: reversed on odd rounds
+    (cancels order bias); random: a seeded shuffle per round."""
+    rng = random.Random(seed)
+    runs: list[RunSpec] = []
+    for rnd in range(repeats):
+        idx = list(range(n_cells))
+        if order == "alternating" and rnd % 2 == 1:
+            idx.reverse()
+        elif order == "random":
+            rng.shuffle(idx)
+        elif order not in ("interleaved", "alternating"):
+            raise ValueError(f"unknown order {order!r}")
+        for ci in idx:
+            runs.append(RunSpec(run_id=f"r{rnd + 1:02d}-c{ci:02d}", round=rnd, cell=ci, position=len(runs)))
+    return runs

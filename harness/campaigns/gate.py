@@ -1,0 +1,98 @@
+"""The cooldown gate before each run and the device-state sampler during it.
+
+`wait_for_gate` polls Target.sample_state until the CPU is cool enough and MemAvailable high enough, or
+the longest wait has passed (then it gives up and says so; the run still happens, and the report warns).
+`StateSampler` records one sample about every second in a thread while the engine runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.campaigns.schema import Cooldown
+
+
+@dataclass
+class GateResult:
+    waited_s: float
+    gave_up: bool
+    reason: str | None  # why it waited or gave up; None when the condition held at once
+    entry: dict  # the last sample: the run's entry state
+    unchecked: list[str] = field(default_factory=list)  # conditions that could not be checked
+
+    def record(self) -> dict:
+        return {"waited_s": round(self.waited_s, 2), "gave_up": self.gave_up, "reason": self.reason,
+                "unchecked": self.unchecked}
+
+
+def blocking(sample: dict, cd: Cooldown) -> tuple[list[str], list[str]]:
+    """(conditions not met, conditions that cannot be checked) for one sample."""
+    bad, unknown = [], []
+    if cd.cpu_temp_max_c is not None:
+        t = sample.get("cpu_temp_c")
+        if t is None:
+            unknown.append("cpu temperature (no CPU thermal zone readable)")
+        elif t > cd.cpu_temp_max_c:
+            bad.append(f"cpu {t:.1f} C > {cd.cpu_temp_max_c:g} C")
+    if cd.mem_available_min_mib is not None:
+        m = sample.get("mem_available_mib")
+        if m is None:
+            unknown.append("MemAvailable (no /proc/meminfo)")
+        elif m < cd.mem_available_min_mib:
+            bad.append(f"MemAvailable {m:.0f} MiB < {cd.mem_available_min_mib} MiB")
+    return bad, unknown
+
+
+def wait_for_gate(sample_state: Callable[[], dict], cd: Cooldown, *, clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep,
+                  on_wait: Callable[[str], None] | None = None) -> GateResult:
+    t0 = clock()
+    first_reason: str | None = None
+    while True:
+        s = sample_state()
+        bad, unknown = blocking(s, cd)
+        waited = clock() - t0
+        if not bad:
+            return GateResult(waited, False, first_reason, s, unknown)
+        first_reason = first_reason or "; ".join(bad)
+        if waited >= cd.max_wait_s:
+            return GateResult(waited, True, f"gave up after {waited:.0f} s: " + "; ".join(bad), s, unknown)
+        if on_wait is not None:
+            on_wait("; ".join(bad))
+        sleep(min(cd.poll_s, max(0.0, cd.max_wait_s - waited)) or cd.poll_s)
+
+
+class StateSampler:
+    """Calls sample_state about every `period_s` seconds in a daemon thread until stopped."""
+
+    def __init__(self, sample_state: Callable[[], dict], period_s: float = 1.0):
+        self._sample = sample_state
+        self._period = period_s
+        self._stop = threading.Event()
+        self.samples: list[dict] = []
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._loop, name="state-sampler", daemon=True)
+
+    def __enter__(self) -> StateSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            try:
+                self.samples.append(self._sample())
+            except Exception as e:  # a flaky read must not kill the run; it is recorded
+                if len(self.errors) < 5:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+            self._stop.wait(max(0.0, self._period - (time.monotonic() - t)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5.0)

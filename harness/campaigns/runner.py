@@ -1,0 +1,322 @@
+"""Run a campaign: one fresh engine process per run, in the planned order, each gated on the cooldown
+condition, its raw files committed the moment it ends, the manifest rewritten after every run.
+
+Resumable: `run_campaign` on the same file continues the newest unfinished folder with the same plan;
+finished runs (ok or failed) are never repeated. A failed run is recorded with its reason and the rest
+go on. Ctrl-C kills the engine (the target does), drops the half-written run and leaves the manifest as
+it was after the last finished run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.campaigns import store
+from harness.campaigns.gate import StateSampler, wait_for_gate
+from harness.campaigns.progress import RunProgress
+from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
+from harness.errors import UserError
+from harness.targets.base import RunOutcome, Target
+
+PROGRESS_PREFIX = "BMOE_PROGRESS "
+
+
+def plan_record(plan: Plan) -> dict:
+    """Everything that defines the runs (hashed: a resumed folder must have the same plan)."""
+    c = plan.campaign
+    return {
+        "name": c.name,
+        "description": c.description,
+        "model": {"path": c.model.path, "recipe": c.model.recipe, "push_from": c.model.push_from},
+        "target": {"kind": c.target.kind, "serial": c.target.serial, "mem_cap_mib": c.target.mem_cap_mib,
+                   "drop_caches": c.target.drop_caches},
+        "engine": {"kind": c.engine.kind, "path": c.engine.path, "push_from": c.engine.push_from,
+                   "args": c.engine.args},
+        "prompt": c.prompt, "tokens": c.tokens, "warmup_tokens": c.warmup_tokens, "repeats": c.repeats,
+        "order": c.order, "seed": c.seed, "cross": c.cross, "timeout_s": c.timeout_s,
+        "cooldown": {"cpu_temp_max_c": c.cooldown.cpu_temp_max_c,
+                     "mem_available_min_mib": c.cooldown.mem_available_min_mib,
+                     "max_wait_s": c.cooldown.max_wait_s, "poll_s": c.cooldown.poll_s},
+        "base_flags": c.flags,
+        "cells": [{"index": x.index, "label": x.label, "flags": x.flags, "varied": x.varied} for x in plan.cells],
+        "order_of_runs": [r.run_id for r in plan.runs],
+    }
+
+
+def plan_hash(rec: dict) -> str:
+    return hashlib.sha256(json.dumps(rec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def git_commit(cwd: Path) -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            p = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": head, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def make_target(plan: Plan) -> Target:
+    t = plan.campaign.target
+    if t.kind == "local":
+        from harness.targets.local import LocalTarget
+
+        return LocalTarget(mem_cap_mib=t.mem_cap_mib, drop_caches=t.drop_caches)
+    from harness.targets.adb import AdbTarget  # H4's module; imported only for adb campaigns
+
+    return AdbTarget(serial=t.serial)
+
+
+def bmoe_executable() -> str:
+    cand = Path(sys.executable).parent / "bmoe"
+    if cand.is_file():
+        return str(cand)
+    found = shutil.which("bmoe")
+    if found is None:
+        raise UserError("engine bmoe: the `bmoe` command is not installed here; pip install -e . in this "
+                        "environment, or use engine: {kind: external, path: ...}")
+    return found
+
+
+@dataclass
+class Resolved:
+    engine_argv0: list[str]
+    engine_version: str
+    model_path: str  # on the target
+    model_desc: dict = field(default_factory=dict)
+
+
+def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
+    c = plan.campaign
+    # model
+    desc: dict = {}
+    if c.model.recipe is not None:
+        from harness.campaigns.recipe import ensure_model, recipe_spec
+
+        spec = recipe_spec(c.model.recipe)
+        console.print(f"model: generating (or reusing) the recipe's model {c.model.recipe}")
+        local = ensure_model(spec, progress=console.is_terminal)
+        model = target.stage(local, "model")
+        desc = {"recipe": c.model.recipe, "file": str(local), "bytes": _size_all(local)}
+    elif c.model.push_from is not None:
+        model = target.stage(c.resolve_local(c.model.push_from), "model")
+        desc = {"path": model, "pushed_from": c.model.push_from}
+    elif c.target.kind == "local":
+        model = target.stage(c.resolve_local(str(c.model.path)), "model")
+        desc = {"path": model, "bytes": _size_all(Path(model))}
+    else:
+        model = str(c.model.path)
+        desc = {"path": model}
+    # engine
+    if c.engine.kind == "bmoe":
+        argv0 = [bmoe_executable()]
+        version = _version_local(argv0)
+    else:
+        if c.engine.push_from is not None:
+            exe = target.stage(c.resolve_local(c.engine.push_from), "engine")
+        elif c.target.kind == "local":
+            exe = target.stage(c.resolve_local(str(c.engine.path)), "engine")
+        else:
+            exe = str(c.engine.path)
+        argv0 = [exe]
+        version = _version_local(argv0) if c.target.kind == "local" else "from the CSV preamble (if any)"
+    return Resolved(engine_argv0=argv0, engine_version=version, model_path=model, model_desc=desc)
+
+
+def _size_all(p: Path) -> int | None:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return None
+
+
+def _version_local(argv0: list[str]) -> str:
+    try:
+        p = subprocess.run([*argv0, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"unknown ({type(e).__name__})"
+    out = (p.stdout.strip() or p.stderr.strip()).splitlines()
+    return out[0] if p.returncode == 0 and out else f"unknown (--version exited {p.returncode})"
+
+
+def parse_progress(line: str) -> dict | None:
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    try:
+        d = json.loads(line[len(PROGRESS_PREFIX):])
+    except json.JSONDecodeError:
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def new_manifest(plan: Plan, rec: dict, target_desc: dict, res: Resolved, t: float) -> dict:
+    return {
+        "format": store.FORMAT,
+        "version": store.VERSION,
+        "created": store.iso(t),
+        "status": "running",
+        "campaign": rec,
+        "plan_hash": plan_hash(rec),
+        "source": plan.campaign.source,
+        "reproduce": f"bmoe-bench run {plan.campaign.source}",
+        "harness": {"bmoe_bench": _harness_version(), **git_commit(Path.cwd())},
+        "engine": {"kind": plan.campaign.engine.kind, "argv0": res.engine_argv0, "version": res.engine_version},
+        "model": res.model_desc,
+        "target": target_desc,
+        "read_bandwidth": None,
+        "runs": [{"run_id": r.run_id, "round": r.round, "cell": r.cell, "position": r.position,
+                  "status": "pending"} for r in plan.runs],
+        "sessions": [],
+    }
+
+
+def _harness_version() -> str:
+    from harness import __version__
+
+    return __version__
+
+
+@dataclass
+class CampaignResult:
+    folder: Path
+    n_ok: int
+    n_failed: int
+    n_skipped: int  # finished in an earlier session
+
+
+def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: Console | None = None,
+                 fresh: bool = False, target: Target | None = None) -> CampaignResult:
+    console = console or Console(stderr=True)
+    plan = plan_campaign(path)
+    rec = plan_record(plan)
+    h = plan_hash(rec)
+    own_target = target is None
+    target = target or make_target(plan)
+    try:
+        folder = None if fresh else store.find_resumable(root, plan.campaign.name, h)
+        now = time.time()
+        if folder is None:
+            res = resolve_inputs(plan, target, console)
+            folder = store.new_folder(root, plan.campaign.name, now)
+            shutil.copyfile(plan.campaign.source, folder / "campaign.yaml")
+            m = new_manifest(plan, rec, target.describe(), res, now)
+            if plan.campaign.target.kind == "local":
+                from harness.campaigns.probe import probe_read_bandwidth
+
+                m["read_bandwidth"] = probe_read_bandwidth(Path(res.model_path))
+            store.save_manifest(folder, m)
+            console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {plan.campaign.repeats} "
+                          f"repeats = {len(plan.runs)} runs -> {folder}")
+        else:
+            m = store.load_manifest(folder)
+            res = resolve_inputs(plan, target, console)
+            gone = store.clear_tmp(folder)
+            adopted = store.adopt_orphans(folder, m)
+            done = sum(r["status"] != "pending" for r in m["runs"])
+            console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m['runs'])} runs "
+                          f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"
+                          f"{', adopted ' + ', '.join(adopted) if adopted else ''})")
+        m["status"] = "running"
+        m["sessions"].append({"start": store.iso(now), "end": None})
+        store.save_manifest(folder, m)
+        return _run_all(plan, m, folder, target, res, console)
+    finally:
+        if own_target:
+            target.close()
+
+
+def _run_all(plan: Plan, m: dict, folder: Path, target: Target, res: Resolved, console: Console
+             ) -> CampaignResult:
+    c = plan.campaign
+    pending = [r for r in m["runs"] if r["status"] == "pending"]
+    skipped = len(m["runs"]) - len(pending)
+    prog = RunProgress(console, total_runs=len(m["runs"]), done_runs=skipped, n_cells=len(plan.cells),
+                       tokens=c.tokens)
+    try:
+        with prog:
+            for r in pending:
+                cell = plan.cells[r["cell"]]
+                prog.start_run(r["run_id"], cell.label, r["round"] + 1, c.repeats)
+                _one_run(plan, m, r, folder, target, res, prog)
+                store.save_manifest(folder, m)
+                prog.end_run(r["status"] == "ok", r.get("reason"))
+        m["status"] = "complete" if all(r["status"] != "pending" for r in m["runs"]) else "running"
+    except KeyboardInterrupt:
+        store.clear_tmp(folder)
+        m["status"] = "interrupted"
+        raise
+    finally:
+        m["sessions"][-1]["end"] = store.iso(time.time())
+        store.save_manifest(folder, m)
+    n_ok = sum(r["status"] == "ok" for r in m["runs"])
+    n_failed = sum(r["status"] == "failed" for r in m["runs"])
+    return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped)
+
+
+def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Resolved,
+             prog: RunProgress) -> None:
+    c = plan.campaign
+    cell = plan.cells[r["cell"]]
+    tmp = store.tmp_run_dir(folder, r["run_id"])
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+
+    gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
+    remote_csv = f"{target.run_dir().rstrip('/')}/{r['run_id']}.csv"
+    argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv, progress=True)
+
+    def on_line(line: str) -> None:
+        d = parse_progress(line)
+        if d is not None:
+            prog.token(d)
+
+    t_start = time.time()
+    with StateSampler(target.sample_state) as sampler:
+        outcome: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=[remote_csv], out_dir=tmp,
+                                         log_path=tmp / "engine.log", on_stdout_line=on_line)
+    t_end = time.time()
+
+    reason = outcome.reason
+    csv_local = outcome.fetched.get(remote_csv)
+    n_tokens = None
+    if csv_local is not None:
+        dest = tmp / "metrics.csv"
+        if Path(csv_local) != dest:
+            Path(csv_local).replace(dest)
+        if reason is None:
+            from harness.report.metrics import read_metrics
+
+            try:
+                n_tokens = len(read_metrics(dest).rows)
+            except UserError as e:
+                reason = f"engine exited 0 but its CSV is unreadable: {e}"
+    elif reason is None:
+        reason = "engine exited 0 but wrote no metrics CSV"
+    with open(tmp / "state.jsonl", "w", encoding="utf-8") as f:
+        for s in sampler.samples:
+            f.write(json.dumps(s, sort_keys=True) + "\n")
+
+    record = {
+        "status": "ok" if reason is None and outcome.exit_code == 0 else "failed",
+        "reason": reason if reason is not None or outcome.exit_code == 0
+        else f"engine exited {outcome.exit_code}",
+        "start": store.iso(t_start), "end": store.iso(t_end), "wall_s": round(outcome.wall_s, 3),
+        "exit_code": outcome.exit_code, "tokens": n_tokens, "peak_mem_mib": outcome.peak_mem_mib,
+        "oom_killed": outcome.oom_killed, "argv": argv, "gate": gate.record(), "entry_state": gate.entry,
+        "n_state_samples": len(sampler.samples), "sampler_errors": sampler.errors,
+    }
+    store.commit_run(folder, r["run_id"], record)
+    r.update(record)

@@ -1,0 +1,72 @@
+"""Whole-campaign validation: load, expand, order, and ask the engine's own flag parser about every cell.
+
+`check_campaign(path)` is what `bmoe-bench validate` and `bmoe-bench run` call first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.campaigns.expand import Cell, RunSpec, expand_cells, flags_argv, order_runs
+from harness.campaigns.schema import Campaign, load_campaign
+from harness.campaigns.yamlsrc import CampaignError
+from harness.errors import UserError
+
+
+@dataclass(frozen=True)
+class Plan:
+    campaign: Campaign
+    cells: list[Cell]
+    runs: list[RunSpec]
+
+
+def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool) -> list[str]:
+    """Everything after the engine executable: harness-owned flags, then the cell's flags."""
+    a = c.engine.args
+    argv = [str(a["model"]), model, str(a["prompt"]), c.prompt, str(a["tokens"]), str(c.tokens)]
+    if csv is not None:
+        argv += [str(a["csv"]), csv]
+    if progress and a.get("progress"):
+        argv.append(str(a["progress"]))
+    return argv + flags_argv(cell.flags)
+
+
+def engine_refusals(c: Campaign, cells: list[Cell]) -> list[str]:
+    """`file:line: ...` for every cell the bmoe engine's own parser refuses (external engines: none)."""
+    if c.engine.kind != "bmoe":
+        return []
+    from harness.engine.config import parse_cli
+
+    out = []
+    for cell in cells:
+        try:
+            parse_cli(engine_argv_tail(c, cell, model="model.gguf", csv="run.csv", progress=True))
+        except UserError as e:
+            out.append(f"{c.source}:{cell.line}: cell {cell.label}: the engine would refuse it: {e}")
+    return out
+
+
+def local_file_problems(c: Campaign) -> list[str]:
+    out = []
+    if c.target.kind == "local" and c.model.path is not None and not c.resolve_local(c.model.path).is_file():
+        out.append(f"{c.source}:{c.lines.get('model', 1)}: model.path {c.model.path} does not exist "
+                   f"(relative paths are from {c.base_dir or '.'}); give a file, or a recipe to generate one")
+    for what, p in (("model.push_from", c.model.push_from), ("engine.push_from", c.engine.push_from)):
+        if p is not None and not c.resolve_local(p).is_file():
+            out.append(f"{c.source}:{c.lines.get(what.split('.')[0], 1)}: {what} {p} does not exist")
+    if c.target.kind == "local" and c.engine.kind == "external" and c.engine.path is not None:
+        if not c.resolve_local(c.engine.path).is_file():
+            out.append(f"{c.source}:{c.lines.get('engine', 1)}: engine.path {c.engine.path} does not exist")
+    return out
+
+
+def plan_campaign(path: Path | str, *, check_files: bool = True) -> Plan:
+    """Load, expand, order and check a campaign; CampaignError lists every problem with file:line."""
+    c = load_campaign(path)
+    cells = expand_cells(c)
+    problems = engine_refusals(c, cells)
+    if check_files:
+        problems += local_file_problems(c)
+    if problems:
+        raise CampaignError(problems)
+    return Plan(campaign=c, cells=cells, runs=order_runs(len(cells), c.repeats, c.order, c.seed))
