@@ -14,6 +14,7 @@ from harness.errors import UserError
 # one module per concern; each defines register(app: typer.Typer) -> None
 COMMAND_MODULES: list[str] = [
     "make_model",
+    "devices",
 ]
 
 app = typer.Typer(
