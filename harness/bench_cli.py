@@ -15,6 +15,7 @@ from harness.errors import UserError
 COMMAND_MODULES: list[str] = [
     "make_model",
     "devices",
+    "campaign",
 ]
 
 app = typer.Typer(

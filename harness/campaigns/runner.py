@@ -197,7 +197,8 @@ class CampaignResult:
 
 
 def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: Console | None = None,
-                 fresh: bool = False, target: Target | None = None) -> CampaignResult:
+                 fresh: bool = False, retry_failed: bool = False, target: Target | None = None
+                 ) -> CampaignResult:
     console = console or Console(stderr=True)
     plan = plan_campaign(path)
     rec = plan_record(plan)
@@ -205,7 +206,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
     own_target = target is None
     target = target or make_target(plan)
     try:
-        folder = None if fresh else store.find_resumable(root, plan.campaign.name, h)
+        folder = None if fresh else store.find_resumable(root, plan.campaign.name, h, with_failed=retry_failed)
         now = time.time()
         if folder is None:
             res = resolve_inputs(plan, target, console)
@@ -224,6 +225,9 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
             res = resolve_inputs(plan, target, console)
             gone = store.clear_tmp(folder)
             adopted = store.adopt_orphans(folder, m)
+            if retry_failed:
+                again = store.reset_failed(m)
+                console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
             done = sum(r["status"] != "pending" for r in m["runs"])
             console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m['runs'])} runs "
                           f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"

@@ -74,8 +74,9 @@ def new_folder(root: Path, name: str, t: float) -> Path:
     return p
 
 
-def find_resumable(root: Path, name: str, plan_hash: str) -> Path | None:
-    """The newest unfinished folder of this campaign with the same plan, if any."""
+def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False) -> Path | None:
+    """The newest unfinished folder of this campaign with the same plan, if any (with_failed: also a
+    complete one that has failed runs)."""
     root = Path(root)
     if not root.is_dir():
         return None
@@ -87,8 +88,10 @@ def find_resumable(root: Path, name: str, plan_hash: str) -> Path | None:
             m = load_manifest(d)
         except UserError:
             continue
-        if m.get("campaign", {}).get("name") == name and m.get("plan_hash") == plan_hash \
-                and m.get("status") != "complete":
+        if m.get("campaign", {}).get("name") != name or m.get("plan_hash") != plan_hash:
+            continue
+        failed = any(r.get("status") == "failed" for r in m.get("runs", []))
+        if m.get("status") != "complete" or (with_failed and failed):
             found.append(d)
     return sorted(found)[-1] if found else None
 
@@ -119,6 +122,21 @@ def commit_run(folder: Path, run_id: str, outcome: dict) -> Path:
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+def reset_failed(m: dict) -> list[str]:
+    """Mark failed runs pending again, keeping each old record under `previous_attempts`."""
+    again = []
+    for r in m["runs"]:
+        if r.get("status") == "failed":
+            old = {k: v for k, v in r.items() if k not in ("run_id", "round", "cell", "position",
+                                                            "previous_attempts")}
+            keep = {k: r[k] for k in ("run_id", "round", "cell", "position")}
+            prev = r.get("previous_attempts", []) + [old]
+            r.clear()
+            r.update(keep, status="pending", previous_attempts=prev)
+            again.append(r["run_id"])
+    return again
 
 
 def adopt_orphans(folder: Path, m: dict) -> list[str]:

@@ -1,0 +1,85 @@
+"""`bmoe-bench validate FILE`, `bmoe-bench run FILE`, `bmoe-bench report DIR [--check]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.errors import UserError
+
+
+class RunsFailed(UserError):
+    exit_code = 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate)
+    app.command("run")(run)
+    app.command("report")(report)
+
+
+def validate(file: Path = typer.Argument(..., help="campaign YAML file")) -> None:
+    """Check a campaign file (schema, one axis at a time, flags the engine would refuse) and show its
+    cells and run order."""
+    from harness.campaigns.validate import plan_campaign
+    from harness.campaigns.yamlsrc import CampaignError
+
+    try:
+        plan = plan_campaign(file)
+    except CampaignError as e:
+        if len(e.lines) == 1:
+            raise
+        for line in e.lines:
+            typer.echo(line, err=True)
+        raise UserError(f"{file}: {len(e.lines)} problems (listed above)") from None
+    c = plan.campaign
+    typer.echo(f"{file}: ok: campaign {c.name}, {len(plan.cells)} cells x {c.repeats} repeats = "
+               f"{len(plan.runs)} runs of {c.tokens} tokens, order {c.order}, target {c.target.kind}")
+    for cell in plan.cells:
+        typer.echo(f"  c{cell.index:02d} {cell.label}")
+    typer.echo("  order: " + " ".join(r.run_id for r in plan.runs))
+
+
+def run(
+    file: Path = typer.Argument(..., help="campaign YAML file"),
+    out: Path = typer.Option(Path("bench-data"), "--out", help="where campaign folders go"),
+    fresh: bool = typer.Option(False, "--fresh", help="start a new folder even if an unfinished one exists"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="run the failed runs of the newest "
+                                      "folder of this campaign again (their old records are kept)"),
+    no_report: bool = typer.Option(False, "--no-report", help="do not write findings.md at the end"),
+) -> None:
+    """Run (or resume) a campaign: one engine process per run, raw files under OUT/<date>-<name>/,
+    then the report. Exit status 1 if any run failed."""
+    from harness.campaigns.runner import run_campaign
+    from harness.report.build import write_report
+
+    res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed)
+    if not no_report and res.n_ok > 0:
+        write_report(res.folder)
+        typer.echo(f"report: {res.folder / 'findings.md'}")
+    typer.echo(f"{res.n_ok} runs ok, {res.n_failed} failed"
+               f"{f', {res.n_skipped} finished earlier' if res.n_skipped else ''}: {res.folder}")
+    if res.n_failed:
+        raise RunsFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
+                         f"{res.folder / 'manifest.json'}); fix the cause and rerun with --retry-failed "
+                         f"(finished runs are kept)")
+
+
+def report(
+    folder: Path = typer.Argument(..., help="campaign folder under bench-data/"),
+    check: bool = typer.Option(False, "--check", help="exit 1 if findings.md or results.csv differ from "
+                                                      "what the raw data gives"),
+) -> None:
+    """Regenerate findings.md, results.csv and plots/ from a campaign folder's raw files."""
+    from harness.report.build import check_report, write_report
+
+    if check:
+        bad = check_report(folder)
+        if bad:
+            raise UserError(f"{folder}: {', '.join(bad)} differ from what the raw data gives; run "
+                            f"`bmoe-bench report {folder}` and commit the result")
+        typer.echo(f"{folder}: findings.md and results.csv match the raw data")
+        return
+    write_report(folder)
+    typer.echo(f"wrote {Path(folder) / 'findings.md'}, results.csv, plots/")

@@ -1,0 +1,246 @@
+"""findings.md as a string (pure): verdict first, setup, results, run order and entry state, the I/O
+roofline, what this does not show, how to reproduce, and the author's own section, carried over verbatim
+from the previous findings.md. Nothing in it depends on the time it is generated."""
+
+from __future__ import annotations
+
+import math
+
+from harness.report.collect import CampaignData
+from harness.report.results import Results
+
+AUTHOR_BEGIN = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->"
+AUTHOR_END = "<!-- author-notes: end -->"
+AUTHOR_PLACEHOLDER = "_(Your interpretation goes here; `bmoe-bench report` keeps this section.)_"
+
+
+def author_section(previous: str | None) -> str:
+    if previous and AUTHOR_BEGIN in previous and AUTHOR_END in previous:
+        return previous.split(AUTHOR_BEGIN, 1)[1].split(AUTHOR_END, 1)[0].strip("\n")
+    return AUTHOR_PLACEHOLDER
+
+
+def _f(x: float | None, nd: int = 2, unit: str = "") -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.{nd}f}{unit}"
+
+
+def _iv(iv, nd: int = 2, suffix: str = "") -> str:
+    if iv is None:
+        return "n/a"
+    return f"{iv.point:.{nd}f}{suffix} [{iv.low:.{nd}f}, {iv.high:.{nd}f}]"
+
+
+def verdict(res: Results) -> list[str]:
+    ranked = sorted([c for c in res.cells if c.tok_s is not None], key=lambda c: -c.tok_s.point)
+    if not ranked:
+        return ["**No result**: no run finished successfully; see the failed runs below."]
+    win = ranked[0]
+    lines = []
+    if len(ranked) >= 2 and win.tok_s.overlaps(ranked[1].tok_s):
+        ties = [c.label for c in ranked[1:] if c.tok_s.overlaps(win.tok_s)]
+        lines.append(f"**No difference detectable** between **{win.label}** ({_iv(win.tok_s)} tok/s) and "
+                     f"{', '.join(f'**{t}**' for t in ties)}: their 95% confidence intervals overlap.")
+    else:
+        lines.append(f"**{win.label}** is fastest: {_iv(win.tok_s)} tok/s (95% CI).")
+    if win is not res.base and win.ratio is not None:
+        r = win.ratio
+        lines.append(f"Against the base cell ({res.base.label}, {_iv(res.base.tok_s)} tok/s) that is "
+                     f"{_iv(r, 2, 'x')}"
+                     + (": the ratio's CI includes 1, so no difference from the base is detectable."
+                        if r.contains(1.0) else "."))
+    elif win is res.base:
+        lines.append("No cell beats the base cell.")
+    slow = ranked[-1]
+    if slow is not win and slow.ratio is not None and len(ranked) > 2:
+        lines.append(f"Slowest: **{slow.label}**, {_iv(slow.ratio, 2, 'x')} the base.")
+    return lines
+
+
+def _setup(data: CampaignData, res: Results) -> list[str]:
+    m, p = data.manifest, data.plan
+    tgt = m.get("target", {})
+    model = m.get("model", {})
+    out = ["## Setup", ""]
+    if p.get("description"):
+        out += [p["description"].strip(), ""]
+    if model.get("recipe"):
+        size = f", {model['bytes'] / 2**20:.0f} MiB" if model.get("bytes") else ""
+        out.append(f"- **Model**: synthetic, `make-model` recipe `{model['recipe']}`{size} (random router "
+                   f"weights: routing is near-uniform and the output text is meaningless).")
+    else:
+        size = f" ({model['bytes'] / 2**20:.0f} MiB)" if model.get("bytes") else ""
+        out.append(f"- **Model**: `{model.get('path', p['model'].get('path'))}`{size}.")
+    if tgt.get("kind") == "local":
+        cap = f"; memory cap **{tgt['mem_cap_mib']} MiB** (cgroup, page cache charged)" \
+            if tgt.get("mem_cap_mib") else "; no memory cap"
+        out.append(f"- **Target**: this machine, {tgt.get('cpu_model')}, {tgt.get('cpus')} CPUs, "
+                   f"{_f(tgt.get('mem_total_mib', math.nan) / 1024, 1)} GiB RAM, Linux {tgt.get('kernel')}{cap}; "
+                   f"page cache {'dropped' if tgt.get('drop_caches') else 'not dropped'} before runs.")
+    else:
+        desc = ", ".join(f"{k}={v}" for k, v in tgt.items() if not isinstance(v, dict | list) and v is not None)
+        out.append(f"- **Target**: {desc}.")
+    eng = m.get("engine", {})
+    h = m.get("harness", {})
+    preamble_ver = res.fixed_config.get("engine") or res.fixed_config.get("version")
+    out.append(f"- **Engine**: {eng.get('kind')} `{preamble_ver or eng.get('version')}`; harness "
+               f"{h.get('bmoe_bench')} at commit `{(h.get('commit') or '?')[:12]}`"
+               f"{' (uncommitted changes)' if h.get('dirty') else ''}.")
+    flags = " ".join(f"`{k}={v}`" for k, v in p.get("base_flags", {}).items()) or "engine defaults"
+    out.append(f"- **Fixed**: base flags {flags}; {p['tokens']} tokens per run, the first "
+               f"{p.get('warmup_tokens', 0)} trimmed; {p['repeats']} repeats; order {p['order']} "
+               f"(seed {p.get('seed', 0)}); one fresh engine process per run (cold expert cache).")
+    cd = p.get("cooldown", {})
+    out.append(f"- **Cooldown gate** before each run: CPU <= {cd.get('cpu_temp_max_c') or 'unchecked'} C, "
+               f"MemAvailable >= {cd.get('mem_available_min_mib') or 'unchecked'} MiB, waiting at most "
+               f"{cd.get('max_wait_s')} s.")
+    out.append("- **Varied** (one thing per cell): " + "; ".join(
+        f"{c.label}" for c in res.cells if c.varied) + ".")
+    if res.fixed_config:
+        items = ", ".join(f"{k}={v}" for k, v in res.fixed_config.items() if k != "engine")
+        out.append(f"- Engine configuration shared by every run (CSV preambles): {items}.")
+    out.append(f"- Prompt: \"{p['prompt']}\"")
+    return out + [""]
+
+
+def _table(res: Results) -> list[str]:
+    vk = res.varying_keys
+    head = ["cell", *vk, "runs", "tok/s [95% CI]", "x base [95% CI]", "s/token", "I/O wait", "cache mgmt",
+            "compute", "MiB read/tok", "hit %", "peak RSS MiB", "cap peak MiB", "majflt/tok"]
+    cap_used = any(math.isfinite(c.cap_peak_mib) for c in res.cells)
+    rss_used = any(math.isfinite(c.peak_rss_mib) for c in res.cells)
+    drop = set()
+    if not cap_used:
+        drop.add("cap peak MiB")
+    if not rss_used:
+        drop.add("peak RSS MiB")
+    cols = [h for h in head if h not in drop]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for c in res.cells:
+        runs = f"{c.n_ok}/{c.n_runs}"
+        vals = {
+            "cell": f"**{c.label}**" if c.varied == {} else c.label,
+            "runs": runs, "tok/s [95% CI]": _iv(c.tok_s),
+            "x base [95% CI]": "1 (base)" if c is res.base else _iv(c.ratio, 2),
+            "s/token": _f(c.wall_s, 3), "I/O wait": _f(c.io_s, 3), "cache mgmt": _f(c.mgmt_s, 3),
+            "compute": _f(c.compute_s, 3), "MiB read/tok": _f(c.mib_per_tok, 1), "hit %": _f(c.hit_pct, 1),
+            "peak RSS MiB": _f(c.peak_rss_mib, 0), "cap peak MiB": _f(c.cap_peak_mib, 0),
+            "majflt/tok": _f(c.majflt_per_tok, 1),
+        }
+        for k in vk:
+            vals[k] = c.config.get(k, "n/a")
+        lines.append("| " + " | ".join(str(vals[h]) for h in cols) + " |")
+    bases = {c.tok_s.basis for c in res.cells if c.tok_s is not None}
+    how = {"runs": "across repeats (percentile bootstrap of the mean of per-run tok/s)",
+           "tokens": "over the tokens of a single run (percentile bootstrap of n / sum of wall time; ignores "
+                     "run-to-run variance)"}
+    notes = [
+        "",
+        f"tok/s per run = tokens kept / their summed wall time. 95% CIs: {'; '.join(how[b] for b in sorted(bases))}, "
+        f"seeded (seed {res.seed}), 4000 resamples. `x base` is the ratio of mean tok/s to the base cell, "
+        f"with a two-sample bootstrap CI.",
+        "s/token split: *I/O wait* is the time a token waited for expert reads (`stall_ms`); *cache mgmt* "
+        "is `mgmt_ms`; *compute* is the engine's residual (wall - stall - mgmt), so page faults of an mmap "
+        "baseline land in compute (see majflt/tok). n/a = the engine did not measure it.",
+    ]
+    if cap_used:
+        notes.append("cap peak = the memory-cap cgroup's peak, page cache included.")
+    return lines + notes
+
+
+def _run_order(data: CampaignData) -> list[str]:
+    cells = {c["index"]: c["label"] for c in data.cells}
+    lines = ["| # | run | cell | round | start (UTC) | s | status | gate wait s | CPU C at entry | "
+             "MemAvailable MiB | freq ceiling |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    from harness.stats import freq_fraction
+
+    for r in sorted(data.runs, key=lambda r: r.rec["position"]):
+        rec = r.rec
+        e = rec.get("entry_state") or {}
+        g = rec.get("gate") or {}
+        st = rec.get("status", "pending")
+        if st == "failed":
+            st = f"failed: {rec.get('reason')}"
+        wait = _f(g.get("waited_s"), 0) + (" (gave up)" if g.get("gave_up") else "") if g else "n/a"
+        fr = freq_fraction(e.get("cpufreq"))
+        start = (rec.get("start") or "")[:19].replace("T", " ")
+        lines.append(f"| {rec['position'] + 1} | {rec['run_id']} | {cells[rec['cell']]} | {rec['round'] + 1} | "
+                     f"{start or 'n/a'} | {_f(rec.get('wall_s'), 1)} | {st} | {wait} | "
+                     f"{_f(e.get('cpu_temp_c'), 1)} | {_f(e.get('mem_available_mib'), 0)} | "
+                     f"{'n/a' if fr is None else f'{fr:.0%}'} |")
+    return lines
+
+
+def _roofline(data: CampaignData, res: Results) -> list[str]:
+    bw = (data.manifest.get("read_bandwidth") or {})
+    mib_s = bw.get("mib_s")
+    out = ["## I/O roofline", ""]
+    if not mib_s:
+        out.append(f"Read bandwidth not measured ({bw.get('method', 'no probe on this target')}), so no "
+                   f"roofline: measure the storage (a local target probes the model file before the first run).")
+        return out
+    out.append(f"Measured read bandwidth of the model's storage: **{mib_s:.0f} MiB/s** ({bw.get('method')}). "
+               f"A cell that reads M MiB per token cannot exceed {mib_s:.0f} / M tok/s from I/O alone.")
+    out += ["", "| cell | MiB read/tok | I/O roofline tok/s | achieved tok/s | % of roofline |",
+            "|---|---|---|---|---|"]
+    for c in res.cells:
+        if c.tok_s is None or not math.isfinite(c.mib_per_tok) or c.mib_per_tok <= 0:
+            out.append(f"| {c.label} | {_f(c.mib_per_tok, 1)} | n/a | {_f(c.tok_s.point if c.tok_s else None)} "
+                       f"| n/a |")
+            continue
+        roof = mib_s / c.mib_per_tok
+        out.append(f"| {c.label} | {c.mib_per_tok:.1f} | {roof:.2f} | {c.tok_s.point:.2f} | "
+                   f"{100 * c.tok_s.point / roof:.0f}% |")
+    return out
+
+
+def _not_shown(data: CampaignData, res: Results) -> list[str]:
+    p, m = data.plan, data.manifest
+    out = ["## What this does not show", ""]
+    out.append(f"- One machine ({m.get('target', {}).get('kind')} target), one prompt, {p['tokens']} tokens per "
+               f"run: longer generations, other prompts and other devices may rank the cells differently.")
+    out.append("- Every run starts a fresh engine with a cold expert cache: steady-state behaviour of a "
+               "long session is not measured.")
+    if (m.get("model") or {}).get("recipe"):
+        out.append("- The model is synthetic with random router weights: routing is near-uniform, unlike a "
+                   "real model's skewed routing, so cache hit rates here say little about real models "
+                   "(use route replay for that).")
+    if any(c.tok_s is not None and c.tok_s.basis == "tokens" for c in res.cells):
+        out.append("- Cells with a single run have CIs over tokens, which ignore run-to-run variance and "
+                   "the correlation between neighbouring tokens: they are too narrow.")
+    if p["repeats"] < 5:
+        out.append(f"- {p['repeats']} repeats per cell: the bootstrap across so few runs understates the spread.")
+    out.append("- Output quality is not checked here (streamed output is byte-identical to resident by "
+               "design; lowering active experts is lossy and needs a quality run).")
+    return out
+
+
+def render_findings(data: CampaignData, res: Results, previous: str | None) -> str:
+    p, m = data.plan, data.manifest
+    L: list[str] = [f"# {p['name']}: " + ("; ".join(c.label for c in res.cells if c.varied) + " vs base"), ""]
+    L += ["## Verdict", ""] + verdict(res) + [""]
+    n_fail = sum(len(c.failures) for c in res.cells)
+    pending = sum(1 for r in data.runs if r.rec.get("status") == "pending")
+    if pending:
+        L += [f"**Incomplete campaign**: {pending} of {len(data.runs)} runs have not run yet; rerun the "
+              f"campaign command to finish it.", ""]
+    if res.findings:
+        L += ["**Warnings**", ""] + [f"- {f.kind}: {f.message}" for f in res.findings] + [""]
+    L += _setup(data, res)
+    L += ["## Results", ""] + _table(res) + [""]
+    L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
+          "![per-token time](plots/tokens.png)", ""]
+    L += ["## Run order and entry state", "",
+          f"{len(data.runs)} runs, {n_fail} failed. Entry state is the device sample that passed the cooldown "
+          f"gate just before the run; samples about once a second during each run are in runs/<id>/state.jsonl.",
+          ""] + _run_order(data) + [""]
+    L += _roofline(data, res) + [""]
+    L += _not_shown(data, res) + [""]
+    folder = data.folder.name
+    L += ["## Reproduce", "", "```", m.get("reproduce", f"bmoe-bench run {m.get('source')}"),
+          f"bmoe-bench report bench-data/{folder}", "```", "",
+          "Raw data: `manifest.json` (plan, engine, target, every run's record), `runs/<id>/metrics.csv` "
+          "(per-token CSV), `state.jsonl`, `engine.log`; `results.csv` is the table above.", ""]
+    L += ["## Author's notes", "", AUTHOR_BEGIN, author_section(previous), AUTHOR_END, ""]
+    return "\n".join(L)

@@ -1,0 +1,87 @@
+"""The report's plots as PNG bytes (matplotlib Agg, no timestamps in the metadata): tok/s per cell with
+CIs and each run's value, the per-token time series of every run, and the stacked s/token split."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from harness.report.collect import CampaignData  # noqa: E402
+from harness.report.results import Results  # noqa: E402
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _fin(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
+def tok_s_plot(res: Results) -> bytes:
+    cells = [c for c in res.cells if c.tok_s is not None]
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(cells) + 2), 3.6))
+    xs = range(len(cells))
+    pts = [c.tok_s.point for c in cells]
+    err = [[c.tok_s.point - c.tok_s.low for c in cells], [c.tok_s.high - c.tok_s.point for c in cells]]
+    ax.bar(xs, pts, color=["#888" if not c.varied else "#4a7fb5" for c in cells], alpha=0.7)
+    ax.errorbar(xs, pts, yerr=err, fmt="none", ecolor="black", capsize=4)
+    for i, c in enumerate(cells):
+        ax.plot([i] * len(c.run_rates), c.run_rates, "o", color="black", ms=3)
+    ax.set_xticks(list(xs), [c.label for c in cells], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("tok/s (95% CI; dots = runs)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def split_plot(res: Results) -> bytes:
+    cells = [c for c in res.cells if c.tok_s is not None]
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(cells) + 2), 3.6))
+    xs = list(range(len(cells)))
+    io_ = [_fin(c.io_s) for c in cells]
+    mg = [_fin(c.mgmt_s) for c in cells]
+    cp = [_fin(c.compute_s) for c in cells]
+    ax.bar(xs, io_, label="I/O wait (stall)", color="#d9822b")
+    ax.bar(xs, mg, bottom=io_, label="cache mgmt", color="#7a9a01")
+    ax.bar(xs, cp, bottom=[a + b for a, b in zip(io_, mg, strict=True)], label="compute (residual)",
+           color="#4a7fb5")
+    ax.set_xticks(xs, [c.label for c in cells], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("s/token")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def tokens_plot(data: CampaignData, res: Results) -> bytes:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = {c["index"]: c["label"] for c in data.cells}
+    shown: set[int] = set()
+    for r in sorted(data.runs, key=lambda r: r.rec["position"]):
+        if not r.ok:
+            continue
+        ci = r.rec["cell"]
+        w = r.metrics.wall_ms(0)
+        ax.plot(range(1, len(w) + 1), w, color=colors[ci % len(colors)], lw=0.8, alpha=0.8,
+                label=labels[ci] if ci not in shown else None)
+        shown.add(ci)
+    if data.warmup:
+        ax.axvspan(0.5, data.warmup + 0.5, color="#ddd", label=f"warm-up ({data.warmup}, trimmed)")
+    ax.set_xlabel("token")
+    ax.set_ylabel("wall ms/token")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def all_plots(data: CampaignData, res: Results) -> dict[str, bytes]:
+    return {"tok_s.png": tok_s_plot(res), "split.png": split_plot(res), "tokens.png": tokens_plot(data, res)}

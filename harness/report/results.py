@@ -1,0 +1,201 @@
+"""Per-cell results of a campaign (pure: CampaignData in, dataclasses and a DataFrame out): tok/s with
+its bootstrap CI, the ratio to the base cell, the s/token split, bytes, hits, memory, faults, and the
+warnings that name a remedy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from harness import stats
+from harness.report.collect import CampaignData, RunData
+from harness.stats import Finding, Interval, RunPoint
+
+
+@dataclass
+class CellResult:
+    index: int
+    label: str
+    varied: dict
+    n_runs: int
+    n_ok: int
+    failures: list[tuple[str, str]]  # (run id, reason)
+    tok_s: Interval | None
+    ratio: Interval | None  # vs the base cell; None for the base itself
+    run_rates: list[float]
+    io_s: float  # s/token waiting for expert reads (stall_ms), NaN when unmeasured
+    mgmt_s: float  # s/token of cache management
+    compute_s: float  # s/token residual (wall - stall - mgmt, as the engine writes it)
+    wall_s: float  # s/token, mean over kept tokens
+    mib_per_tok: float
+    hit_pct: float  # cumulative at the last token, mean over runs
+    peak_rss_mib: float
+    cap_peak_mib: float  # peak of the memory-cap cgroup (page cache included), if capped
+    majflt_per_tok: float
+    config: dict[str, str] = field(default_factory=dict)  # preamble keys shared by all its runs
+
+
+@dataclass
+class Results:
+    cells: list[CellResult]
+    base: CellResult
+    findings: list[Finding]
+    varying_keys: list[str]  # preamble keys that differ between cells (same within each)
+    fixed_config: dict[str, str]  # preamble keys identical in every run
+    seed: int
+
+
+def _nanmean(parts: list[np.ndarray]) -> float:
+    parts = [p for p in parts if p is not None and p.size]
+    if not parts:
+        return math.nan
+    x = np.concatenate(parts)
+    return float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
+
+
+def _col(runs: list[RunData], name: str, warmup: int) -> list[np.ndarray]:
+    out = []
+    for r in runs:
+        c = r.metrics.col(name) if r.metrics is not None else None
+        if c is not None:
+            out.append(c[warmup:])
+    return out
+
+
+def _last(runs: list[RunData], name: str) -> float:
+    vals = []
+    for r in runs:
+        c = r.metrics.col(name) if r.metrics is not None else None
+        if c is not None and c.size and np.isfinite(c[-1]):
+            vals.append(float(c[-1]))
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _max(runs: list[RunData], name: str) -> float:
+    vals = [float(np.nanmax(c)) for c in _col(runs, name, 0) if np.isfinite(c).any()]
+    return max(vals) if vals else math.nan
+
+
+_PER_RUN_KEYS = ("csv", "route_trace", "model", "prompt")
+
+
+def _configs(data: CampaignData) -> tuple[dict[int, dict[str, str]], list[str], dict[str, str]]:
+    per_cell: dict[int, list[dict[str, str]]] = {}
+    for r in data.runs:
+        if r.ok and r.metrics.meta:
+            per_cell.setdefault(r.rec["cell"], []).append(
+                {k: v for k, v in r.metrics.meta.items() if k not in _PER_RUN_KEYS})
+    shared: dict[int, dict[str, str]] = {}
+    for ci, metas in per_cell.items():
+        keys = set.intersection(*[set(m) for m in metas])
+        shared[ci] = {k: metas[0][k] for k in sorted(keys) if all(m[k] == metas[0][k] for m in metas)}
+    all_keys = sorted(set().union(*[set(s) for s in shared.values()])) if shared else []
+    varying, fixed = [], {}
+    for k in all_keys:
+        vals = {s.get(k) for s in shared.values()}
+        if len(vals) > 1:
+            varying.append(k)
+        else:
+            fixed[k] = next(iter(vals))
+    return shared, varying, fixed
+
+
+def _point(r: RunData, warmup: int, cell_label: str) -> RunPoint:
+    entry = r.rec.get("entry_state") or {}
+    temps = [s.get("cpu_temp_c") for s in r.states if s.get("cpu_temp_c") is not None]
+    fr = [stats.freq_fraction(s.get("cpufreq")) for s in r.states]
+    fr = [f for f in fr if f is not None]
+    return RunPoint(cell=cell_label, round=r.rec["round"], position=r.rec["position"],
+                    tok_s=stats.tok_s(r.metrics.wall_ms(warmup)),
+                    entry_cpu_temp_c=entry.get("cpu_temp_c"),
+                    entry_freq_frac=stats.freq_fraction(entry.get("cpufreq")),
+                    max_cpu_temp_c=max(temps) if temps else None, min_freq_frac=min(fr) if fr else None)
+
+
+def compute_results(data: CampaignData) -> Results:
+    seed = int(data.plan.get("seed", 0))
+    w = data.warmup
+    shared, varying, fixed = _configs(data)
+    base_idx = next(c["index"] for c in data.cells if not c["varied"])
+    base_ok = [r for r in data.cell_runs(base_idx) if r.ok]
+    base_walls = [r.metrics.wall_ms(w) for r in base_ok]
+    cells: list[CellResult] = []
+    findings: list[Finding] = []
+    points: list[RunPoint] = []
+    for c in data.cells:
+        runs = data.cell_runs(c["index"])
+        ok = [r for r in runs if r.ok]
+        walls = [r.metrics.wall_ms(w) for r in ok]
+        # each cell gets its own bootstrap stream, derived from the campaign seed
+        iv = stats.cell_interval(walls, seed + 1000 * c["index"])
+        ratio = None if c["index"] == base_idx else stats.ratio_interval(walls, base_walls,
+                                                                         seed + 1000 * c["index"] + 1)
+        caps = [r.rec.get("peak_mem_mib") for r in ok if r.rec.get("peak_mem_mib") is not None]
+        rb = _col(ok, "read_bytes", w)
+        failures = [(r.run_id, r.problem or r.rec.get("reason") or "failed") for r in runs
+                    if r.rec.get("status") != "pending" and not r.ok]
+        cells.append(CellResult(
+            index=c["index"], label=c["label"], varied=c["varied"], n_runs=len(runs), n_ok=len(ok),
+            failures=failures, tok_s=iv, ratio=ratio,
+            run_rates=[stats.tok_s(x) for x in walls],
+            io_s=_nanmean(_col(ok, "stall_ms", w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
+            compute_s=_nanmean(_col(ok, "compute_ms", w)) / 1000, wall_s=_nanmean(walls) / 1000,
+            mib_per_tok=_nanmean(rb) / 2**20, hit_pct=_last(ok, "cache_hit_pct"),
+            peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
+            majflt_per_tok=_nanmean(_col(ok, "majflt", w)), config=shared.get(c["index"], {}),
+        ))
+        for f in (stats.few_runs_check(c["label"], len(ok)),
+                  stats.variance_check(c["label"], cells[-1].run_rates)):
+            if f is not None:
+                findings.append(f)
+        if failures:
+            findings.append(Finding("failed", f"{c['label']}: {len(failures)} run(s) failed ("
+                                    + "; ".join(f"{rid}: {why}" for rid, why in failures[:3])
+                                    + "): fix the cause and run the same command again; finished runs "
+                                      "are kept.", c["label"]))
+        points += [_point(r, w, c["label"]) for r in ok]
+    for f in (stats.drift_check(points), stats.throttle_check(points)):
+        if f is not None:
+            findings.append(f)
+    gave_up = [r.run_id for r in data.runs if (r.rec.get("gate") or {}).get("gave_up")]
+    if gave_up:
+        findings.append(Finding("gate", f"the cooldown gate gave up before {len(gave_up)} run(s) "
+                                        f"({', '.join(gave_up[:5])}): those started hot or short of memory; "
+                                        f"raise cooldown.max_wait_s or cool the device."))
+    unchecked = sorted({u for r in data.runs for u in (r.rec.get("gate") or {}).get("unchecked", [])})
+    if unchecked:
+        findings.append(Finding("gate", f"the cooldown gate could not check {', '.join(unchecked)} on this "
+                                        f"target: runs were not gated on it."))
+    base = next(x for x in cells if x.index == base_idx)
+    return Results(cells=cells, base=base, findings=findings, varying_keys=varying, fixed_config=fixed,
+                   seed=seed)
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return round(float(x), nd)
+
+
+def results_frame(res: Results) -> pd.DataFrame:
+    rows = []
+    for c in res.cells:
+        row = {"cell": c.label}
+        for k in res.varying_keys:
+            row[k] = c.config.get(k)
+        row.update({
+            "runs_ok": c.n_ok, "runs_failed": len(c.failures),
+            "tok_s": _r(c.tok_s.point if c.tok_s else None), "tok_s_lo": _r(c.tok_s.low if c.tok_s else None),
+            "tok_s_hi": _r(c.tok_s.high if c.tok_s else None), "ci_basis": c.tok_s.basis if c.tok_s else None,
+            "ratio": _r(c.ratio.point if c.ratio else (1.0 if c is res.base else None)),
+            "ratio_lo": _r(c.ratio.low if c.ratio else None), "ratio_hi": _r(c.ratio.high if c.ratio else None),
+            "s_per_tok": _r(c.wall_s), "io_wait_s_per_tok": _r(c.io_s), "mgmt_s_per_tok": _r(c.mgmt_s),
+            "compute_s_per_tok": _r(c.compute_s), "mib_read_per_tok": _r(c.mib_per_tok, 3),
+            "hit_pct": _r(c.hit_pct, 2), "peak_rss_mib": _r(c.peak_rss_mib, 1),
+            "cap_peak_mib": _r(c.cap_peak_mib, 1), "majflt_per_tok": _r(c.majflt_per_tok, 2),
+        })
+        rows.append(row)
+    return pd.DataFrame(rows)
