@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -195,7 +196,85 @@ def test_capped_cli_reports_oom(tmp_path):
         cwd=Path(__file__).resolve().parents[1],
     )
     assert r.returncode == 137
-    rec = json.loads(
-        [ln for ln in r.stderr.splitlines() if ln.startswith("BMOE_CAPPED ")][-1].split(" ", 1)[1]
-    )
+    rec = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("BMOE_CAPPED ")][-1].split(" ", 1)[1])
     assert rec["oom_killed"] is True and rec["exit_code"] is None
+
+
+def test_v2_control_files_on_a_plain_directory_tree(tmp_path):
+    """The v2 file protocol (no v2 memory controller on this machine to test live): subtree_control is
+    asked for +memory, memory.max and memory.swap.max are set, memory.events and memory.peak are read."""
+    from harness.targets.cgroup import CgroupBase
+
+    base = tmp_path / "user.slice"
+    base.mkdir()
+    (base / "cgroup.subtree_control").write_text("")
+    cg = CappedCgroup(CgroupBase(2, base), 300)
+    assert cg.dir.parent == base and cg.dir.name.startswith(f"bmoe-{os.getpid()}-")
+    assert (base / "cgroup.subtree_control").read_text() == "+memory"
+    assert (cg.dir / "memory.max").read_text() == str(300 << 20)
+    assert not (cg.dir / "memory.swap.max").exists()  # only set where the kernel offers it
+    assert cg.oom_kills() == 0 and cg.peak_bytes() is None
+    (cg.dir / "memory.events").write_text("low 0\nhigh 0\nmax 17\noom 2\noom_kill 2\noom_group_kill 0\n")
+    (cg.dir / "memory.peak").write_text("314572800\n")
+    assert cg.oom_kills() == 2 and cg.peak_bytes() == 300 << 20
+    assert cg.wrap_argv(["eng", "-p", "x y"]) == [
+        "/bin/sh",
+        "-c",
+        'echo $$ > "$0" && exec "$@"',
+        str(cg.dir / "cgroup.procs"),
+        "eng",
+        "-p",
+        "x y",
+    ]
+
+
+def test_bad_cap_is_a_user_error(tmp_path):
+    from harness.targets.cgroup import CgroupBase
+
+    with pytest.raises(UserError, match="not a positive size"):
+        CappedCgroup(CgroupBase(1, tmp_path), 0)
+
+
+@needs_cgroup
+def test_stale_children_of_dead_harness_processes_are_removed():
+    from harness.targets.cgroup import remove_stale
+
+    base = locate_self()
+    p = subprocess.Popen(["true"])
+    p.wait()
+    stale = base.dir / f"bmoe-{p.pid}-0"
+    live = base.dir / f"bmoe-{os.getpid()}-999999"
+    stale.mkdir()
+    live.mkdir()
+    try:
+        assert stale in remove_stale(base)
+        assert not stale.exists() and live.exists()  # ours (alive) is left alone
+    finally:
+        for d in (stale, live):
+            if d.exists():
+                d.rmdir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping the page cache needs root")
+@pytest.mark.skipif(
+    os.environ.get("BMOE_TEST_DROP_CACHES") != "1",
+    reason="drops the whole machine's page cache (disturbs benchmarks running beside it): "
+    "set BMOE_TEST_DROP_CACHES=1",
+)
+def test_drop_caches_as_root_lowers_cached(tmp_path):
+    from harness.targets import devstate
+
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(64 << 20))
+    f.read_bytes()  # now in the page cache
+    before = devstate.read_local()["cached_mib"]
+    assert LocalTarget().drop_caches() is True
+    after = devstate.read_local()["cached_mib"]
+    assert after < before - 32  # at least half of our 64 MiB left the cache (others may be filling it)
+
+
+def test_drop_caches_flag_needs_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(UserError, match="drop_caches: dropping the page cache needs root"):
+        LocalTarget(drop_caches=True)
+    assert LocalTarget().drop_caches() is False
