@@ -124,7 +124,8 @@ def test_negative_control_one_wrong_expert_diverges(models, resident, tmp_path):
     rows = [ln.split(",") for ln in trace.read_text().splitlines() if not ln.startswith("#")][1:]
     layer, expert = 1, int(next(r[5] for r in rows if r[1] == "1" and r[3] == "1"))  # used in decode
     wrong = (expert + 1) % 8
-    r = _stream(models, tmp_path, "q4_k", "--cache-mb", "0", env={"BMOE_TEST_WRONG_EXPERT": f"{layer},{expert},{wrong}"})
+    env = {"BMOE_TEST_WRONG_EXPERT": f"{layer},{expert},{wrong}"}
+    r = _stream(models, tmp_path, "q4_k", "--cache-mb", "0", env=env)
     assert r.tokens != resident("q4_k")
 
 

@@ -1,0 +1,108 @@
+"""Bad input: each a one-line error naming the problem, a non-zero exit, and no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from engine_helpers import BMOE
+
+from harness.synth import ModelSpec, make_model
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("errmodels")
+    return make_model(d / "tiny.gguf", ModelSpec(expert_type="q4_k", seed=11))[0]
+
+
+def run(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run(list(prefix) + BMOE + list(argv), capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def test_missing_file(tmp_path):
+    one_line_error(run("-m", str(tmp_path / "nope.gguf"), "--moe-stream"), "nope.gguf", "no such model file")
+
+
+def test_truncated_gguf(model, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    with open(model, "rb") as f, open(cut, "wb") as g:
+        g.write(f.read(model.stat().st_size // 2))
+    one_line_error(run("-m", str(cut), "--moe-stream"), "cut.gguf", "truncated")
+    head = tmp_path / "head.gguf"
+    with open(model, "rb") as f, open(head, "wb") as g:
+        g.write(f.read(300))
+    one_line_error(run("-m", str(head), "--moe-stream"), "head.gguf", "truncated")
+
+
+def test_missing_shard(tmp_path):
+    paths = make_model(tmp_path / "s.gguf", ModelSpec(expert_type="q4_k", seed=12, n_split=3))
+    paths[1].unlink()
+    one_line_error(run("-m", str(paths[0]), "--moe-stream"), "missing shard 2 of 3")
+
+
+def test_dense_model(tmp_path):
+    p = make_model(tmp_path / "dense.gguf", ModelSpec(arch="qwen3", dense_type="f32", seed=13))[0]
+    one_line_error(run("-m", str(p), "--moe-stream"), "dense model", "qwen3moe")
+
+
+def test_unsupported_arch(tmp_path):
+    p = make_model(tmp_path / "olmoe.gguf", ModelSpec(arch="olmoe", expert_type="q8_0", seed=14, head_dim=64,
+                                                       n_head_kv=4))[0]
+    one_line_error(run("-m", str(p), "--moe-stream"), "'olmoe' is not supported", "qwen2moe, qwen3moe")
+
+
+def test_budget_below_token_cycle(tmp_path):
+    # tiny F32: an expert is 3 x 256 x 256 x 4 B = 0.75 MiB; T = 4 layers x k=2 x 0.75 MiB = 6 MiB
+    p = make_model(tmp_path / "f32.gguf", ModelSpec(expert_type="f32", seed=15))[0]
+    line = one_line_error(run("-m", str(p), "--moe-stream", "--cache-mb", "1"), "below one token cycle",
+                          "--force-cache")
+    assert "T = 6 MiB" in line and "give at least 6 MiB" in line
+    at_t = run("-m", str(p), "--moe-stream", "--cache-mb", "6", "-n", "4")
+    assert at_t.returncode == 0, at_t.stderr
+    ok = run("-m", str(p), "--moe-stream", "--cache-mb", "1", "--force-cache", "-n", "4")
+    assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "9", "x"])
+def test_io_threads_out_of_range(model, value):
+    one_line_error(run("-m", str(model), "--moe-stream", "--io-threads", value), "--io-threads")
+
+
+def test_n_expert_used_above_count(model):
+    one_line_error(run("-m", str(model), "--moe-stream", "--n-expert-used", "9"), "--n-expert-used 9",
+                   "8 experts")
+
+
+def test_unknown_flag(model):
+    one_line_error(run("-m", str(model), "--moe-streem"), "--moe-streem")
+
+
+def test_stream_flag_without_stream(model):
+    one_line_error(run("-m", str(model), "--cache-mb", "100"), "--cache-mb only applies with --moe-stream")
+
+
+def test_unreadable_model(model, tmp_path):
+    p = tmp_path / "m.gguf"
+    shutil.copy(model, p)
+    os.chmod(p, 0o000)
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:  # root reads anything: drop the capabilities that bypass file permissions
+        caps = "-dac_override,-dac_read_search"
+        prefix = ("setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}")
+    one_line_error(run("-m", str(p), "--moe-stream", prefix=prefix), "permission denied", "m.gguf")
