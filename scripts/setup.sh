@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine: a venv in .venv with every dependency from pyproject.toml.
+# llama-cpp-python (pinned) is built from source with a trimmed build (no tools/examples/tests/server),
+# ~8-10 minutes on 2 cores the first time; pip caches the wheel after that.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  echo "setup: Python 3.11 or newer is needed (found: $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv" >&2
+  "$PY" -m venv .venv
+fi
+export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF}"
+if ! .venv/bin/python -c 'import llama_cpp, harness' 2>/dev/null || [ pyproject.toml -nt .venv/.bmoe-installed ]; then
+  echo "setup: installing dependencies (the first llama-cpp-python build takes ~10 minutes)" >&2
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  touch .venv/.bmoe-installed
+fi
+echo "setup: ready ($(.venv/bin/bmoe --version))" >&2
