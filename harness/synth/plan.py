@@ -24,7 +24,7 @@ BLOCK: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 
 # residual stream, and the output head is sharp enough that the argmax follows the hidden state.
 ROUTER_GAIN = 4.0
 EXPERT_GAIN = 1.0
-DOWN_GAIN = 2.0
+DOWN_GAIN = 3.0
 OUTPUT_GAIN = 4.0
 
 
