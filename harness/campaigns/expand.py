@@ -17,10 +17,11 @@ class Cell:
     flags: dict[str, FlagValue]  # the full engine flags of this cell (base + its change)
     varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
     line: int  # source line that produced it
+    name: str = ""  # the axis value's label; "" -> derived from what varies
 
     @property
     def label(self) -> str:
-        return cell_label(self.varied)
+        return self.name or cell_label(self.varied)
 
     @property
     def is_base(self) -> bool:
@@ -82,19 +83,25 @@ def _diff(base: dict[str, FlagValue], flags: dict[str, FlagValue]) -> dict[str, 
 def expand_cells(c: Campaign) -> list[Cell]:
     """Base cell first, then each axis value that differs from the base (axis order, value order), then
     explicit cells. With `cross: true`, every combination of the axes instead. Duplicates and explicit
-    cells that differ from the base in more than one flag are errors."""
+    cells that differ from the base in more than one flag are errors. A bundle-axis value equal to the
+    base names the base cell (e.g. `mmap`)."""
     base = dict(c.flags)
-    raw: list[tuple[dict[str, FlagValue], int]] = [(base, c.flags_line)]
+    base_label = "base"
+    raw: list[tuple[dict[str, FlagValue], int, str | None]] = [(base, c.flags_line, None)]
     if c.cross and c.axes:
-        for combo in itertools.product(*[list(zip(a.values, a.lines, strict=True)) for a in c.axes]):
+        for combo in itertools.product(*[list(a.values) for a in c.axes]):
             flags = dict(base)
-            for ax, (v, _line) in zip(c.axes, combo, strict=True):
-                flags[ax.flag] = v
-            raw.append((flags, combo[0][1]))
+            for v in combo:
+                flags.update(v.flags)
+            label = " ".join(v.label for v in combo if _diff(base, {**base, **v.flags}))
+            raw.append((flags, combo[0].line, label))
     else:
         for ax in c.axes:
-            for v, line in zip(ax.values, ax.lines, strict=True):
-                raw.append(({**base, ax.flag: v}, line))
+            for v in ax.values:
+                flags = {**base, **v.flags}
+                if not _diff(base, flags) and not ax.is_flag:
+                    base_label = v.label
+                raw.append((flags, v.line, v.label))
     problems: list[tuple[int, str]] = []
     for ec in c.cells:
         flags = {**base, **ec.flags}
@@ -102,21 +109,22 @@ def expand_cells(c: Campaign) -> list[Cell]:
         if len(d) > 1 and not c.cross:
             problems.append((ec.line, f"cell {cell_label(d)} differs from the base in {len(d)} flags "
                                       f"({', '.join(d)}); vary one at a time, or set cross: true"))
-        raw.append((flags, ec.line))
+        raw.append((flags, ec.line, None))
 
     cells: list[Cell] = []
     seen: dict[str, int] = {}
-    for flags, line in raw:
+    for flags, line, label in raw:
         d = _diff(base, flags)
         key = cell_label(d)
         if key in seen:
             if d:  # an axis value equal to the base is simply the base cell
-                problems.append((line, f"cell {key} is listed twice (first at line {seen[key]})"))
+                problems.append((line, f"cell {label or key} is listed twice (first at line {seen[key]})"))
             continue
         seen[key] = line
         # keep base flags first, in their order, for readable argv
         full = {k: flags[k] for k in list(base) + [k for k in flags if k not in base]}
-        cells.append(Cell(index=len(cells), flags=full, varied=d, line=line))
+        name = base_label if not d else (label or key)
+        cells.append(Cell(index=len(cells), flags=full, varied=d, line=line, name=name))
     if problems:
         raise CampaignError([f"{c.source}:{ln}: {m}" for ln, m in sorted(problems)])
     if len(cells) < 2:

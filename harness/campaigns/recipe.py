@@ -15,24 +15,17 @@ from harness.errors import UserError
 
 
 def recipe_spec(recipe: dict[str, object]):
-    """The ModelSpec of a recipe: a named shape (if the synth package has named shapes) with fields
-    overridden. Raises UserError naming the problem."""
+    """The ModelSpec of a recipe: a named shape (default tiny, as `make-model --shape`) with the given
+    fields overridden. Raises UserError naming the problem."""
     import harness.synth as synth
+    from harness.synth.shapes import shape_spec
 
     fields = {k: v for k, v in recipe.items() if k != "shape"}
-    base = synth.ModelSpec()
-    if "shape" in recipe:
-        shapes = getattr(synth, "SHAPES", None)
-        if shapes is None:
-            raise UserError("shape: this build of harness.synth has no named shapes; give the fields instead")
-        if recipe["shape"] not in shapes:
-            raise UserError(f"shape: unknown shape {recipe['shape']!r}; choose one of {', '.join(shapes)}")
-        base = shapes[recipe["shape"]]
-    known = {f.name for f in dataclasses.fields(base)}
+    known = {f.name for f in dataclasses.fields(synth.ModelSpec)}
     bad = sorted(set(fields) - known)
     if bad:
         raise UserError(f"{bad[0]}: not a model field; known: {', '.join(sorted(known))}")
-    spec = dataclasses.replace(base, **fields)
+    spec = shape_spec(str(recipe.get("shape", "tiny")), **fields)
     synth.validate(spec)
     return spec
 

@@ -37,7 +37,7 @@ def plan_record(plan: Plan) -> dict:
         "description": c.description,
         "model": {"path": c.model.path, "recipe": c.model.recipe, "push_from": c.model.push_from},
         "target": {"kind": c.target.kind, "serial": c.target.serial, "mem_cap_mib": c.target.mem_cap_mib,
-                   "drop_caches": c.target.drop_caches},
+                   "drop_caches": c.target.drop_caches, "evict_model": c.target.evict_model},
         "engine": {"kind": c.engine.kind, "path": c.engine.path, "push_from": c.engine.push_from,
                    "args": c.engine.args},
         "prompt": c.prompt, "tokens": c.tokens, "warmup_tokens": c.warmup_tokens, "repeats": c.repeats,
@@ -279,6 +279,11 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
     tmp.mkdir(parents=True)
 
     gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
+    evicted = None
+    if c.target.kind == "local" and c.target.evict_model:
+        from harness.campaigns.pagecache import evict_model_files
+
+        evicted = evict_model_files(Path(res.model_path))
     remote_csv = f"{target.run_dir().rstrip('/')}/{r['run_id']}.csv"
     argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv, progress=True)
 
@@ -319,7 +324,8 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
         else f"engine exited {outcome.exit_code}",
         "start": store.iso(t_start), "end": store.iso(t_end), "wall_s": round(outcome.wall_s, 3),
         "exit_code": outcome.exit_code, "tokens": n_tokens, "peak_mem_mib": outcome.peak_mem_mib,
-        "oom_killed": outcome.oom_killed, "argv": argv, "gate": gate.record(), "entry_state": gate.entry,
+        "oom_killed": outcome.oom_killed, "argv": argv, "model_evicted": evicted,
+        "gate": gate.record(), "entry_state": gate.entry,
         "n_state_samples": len(sampler.samples), "sampler_errors": sampler.errors,
     }
     store.commit_run(folder, r["run_id"], record)

@@ -33,10 +33,10 @@ TOP_KEYS = {
     "name": "campaign name ([a-z0-9_-], used in the bench-data folder name)",
     "description": "one paragraph: the question this campaign answers",
     "model": "path: FILE, or recipe: {shape: ..., ...} to generate one",
-    "target": "kind: local|adb, serial, mem_cap_mib, drop_caches",
+    "target": "kind: local|adb, serial, mem_cap_mib, drop_caches, evict_model",
     "engine": "kind: bmoe|external, path, push_from, args",
     "flags": "base engine flags, e.g. {-t: 2, --moe-stream: true}",
-    "axes": "list of {flag: --x, values: [...]}: one flag varied at a time",
+    "axes": "list of {flag: --x, values: [...]} or {name: x, values: {label: {flags}}}: one at a time",
     "cells": "explicit cells: list of flag mappings, each differing from the base in one flag",
     "cross": "true to run the full cross product of the axes",
     "repeats": "runs per cell",
@@ -51,12 +51,14 @@ TOP_KEYS = {
 MODEL_KEYS = {"path": "model file on the target", "recipe": "make-model recipe",
               "push_from": "local file to push to path (adb)"}
 TARGET_KEYS = {"kind": "local or adb", "serial": "adb serial", "mem_cap_mib": "local memory cap (cgroup)",
-               "drop_caches": "drop the page cache before each run (local, root)"}
+               "drop_caches": "drop the page cache before each run (local, root)",
+               "evict_model": "evict the model file from the page cache before each run (local, default true)"}
 ENGINE_KEYS = {"kind": "bmoe or external", "path": "engine executable (on the target)",
                "push_from": "local engine binary to push (adb)", "args": "how the engine spells model/prompt/..."}
 COOLDOWN_KEYS = {"cpu_temp_max_c": "CPU temperature ceiling", "mem_available_min_mib": "MemAvailable floor",
                  "max_wait_s": "longest wait before giving up", "poll_s": "seconds between checks"}
-AXIS_KEYS = {"flag": "engine flag", "values": "list of values"}
+AXIS_KEYS = {"flag": "engine flag (a flag axis)", "name": "axis name (an axis of labelled flag bundles)",
+             "values": "list of values, or label -> flags for a named axis"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class TargetSpec:
     serial: str | None = None
     mem_cap_mib: int | None = None
     drop_caches: bool = False
+    evict_model: bool = True  # posix_fadvise(DONTNEED) on the model file(s) before each run (local)
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,25 @@ class Cooldown:
 
 
 @dataclass(frozen=True)
+class AxisValue:
+    label: str  # "--cache-mb=64" for a flag axis, the bundle's own label for a named axis
+    flags: dict[str, FlagValue]
+    line: int
+
+
+@dataclass(frozen=True)
 class Axis:
-    flag: str
-    values: tuple[FlagValue, ...]
-    lines: tuple[int, ...]  # source line of each value
+    name: str  # the flag of a flag axis, or the name of a bundle axis
+    values: tuple[AxisValue, ...]
+    is_flag: bool = True
+
+    @property
+    def flag(self) -> str:
+        return self.name
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        return tuple(v.line for v in self.values)
 
 
 @dataclass(frozen=True)
@@ -252,9 +270,10 @@ def load_campaign(path: Path | str) -> Campaign:
             if f in BMOE_MANAGED:
                 probs.add(top["flags"], f"flags: {f} is set by the harness from '{BMOE_MANAGED[f]}'; remove it")
         for ax in axes:
-            if ax.flag in BMOE_MANAGED:
-                probs.items.append((ax.lines[0] if ax.lines else 1,
-                                    f"axes: {ax.flag} is set by the harness from '{BMOE_MANAGED[ax.flag]}'"))
+            for v in ax.values:
+                for f in v.flags:
+                    if f in BMOE_MANAGED:
+                        probs.items.append((v.line, f"axes: {f} is set by the harness from '{BMOE_MANAGED[f]}'"))
     if target.kind == "adb" and engine.kind == "bmoe":
         probs.add(top.get("engine") or top.get("target"),
                   "engine bmoe runs where Python runs (target local); on a phone use "
@@ -338,6 +357,7 @@ def _target(node: yaml.Node | None, probs: Problems, r: _Reader) -> TargetSpec:
         serial=r.get(items, "serial", "target.", (str,), None, nullable=True),  # type: ignore[arg-type]
         mem_cap_mib=cap,  # type: ignore[arg-type]
         drop_caches=bool(r.get(items, "drop_caches", "target.", (bool,), False)),
+        evict_model=bool(r.get(items, "evict_model", "target.", (bool,), True)),
     )
 
 
@@ -396,34 +416,66 @@ def _axes(node: yaml.Node | None, probs: Problems) -> list[Axis]:
         items = mapping_items(an, AXIS_KEYS, "axes entry", probs)
         if items is None:
             continue
-        fn, vn = items.get("flag"), items.get("values")
-        if fn is None or vn is None:
-            probs.add(an, "an axis needs flag and values")
+        fn, nn, vn = items.get("flag"), items.get("name"), items.get("values")
+        if (fn is None) == (nn is None) or vn is None:
+            probs.add(an, "an axis needs values and exactly one of flag (vary one flag) or name (labelled "
+                          "flag bundles)")
             continue
-        flag = scalar(fn) if isinstance(fn, yaml.ScalarNode) else None
-        if not isinstance(flag, str) or not _flag_ok(flag):
+        key = fn if fn is not None else nn
+        ident = scalar(key) if isinstance(key, yaml.ScalarNode) else None
+        if fn is not None and (not isinstance(ident, str) or not _flag_ok(ident)):
             probs.add(fn, f"axes: {getattr(fn, 'value', '?')!r} is not an engine flag (e.g. --cache-mb)")
             continue
-        if flag in seen:
-            probs.add(fn, f"axes: {flag} appears twice; put all its values in one axis")
+        if not isinstance(ident, str) or not ident:
+            probs.add(key, "axes: name must be a string")
             continue
-        seen.add(flag)
-        if not isinstance(vn, yaml.SequenceNode) or not vn.value:
-            probs.add(vn, f"axes {flag}: values must be a non-empty list, got {type_name(vn)}")
+        if ident in seen:
+            probs.add(key, f"axes: {ident} appears twice; put all its values in one axis")
             continue
-        vals: list[FlagValue] = []
-        lines: list[int] = []
-        for v in vn.value:
-            ok, val = _flag_value(v, probs, f"axes {flag} value")
-            if not ok:
-                continue
-            if val in vals and type(val) is type(vals[vals.index(val)]):
-                probs.add(v, f"axes {flag}: value {v.value!r} is listed twice")
-                continue
-            vals.append(val)
-            lines.append(v.start_mark.line + 1)
-        out.append(Axis(flag=flag, values=tuple(vals), lines=tuple(lines)))
+        seen.add(ident)
+        ax = _flag_axis(ident, vn, probs) if fn is not None else _bundle_axis(ident, vn, probs)
+        if ax is not None:
+            out.append(ax)
     return out
+
+
+def _flag_axis(flag: str, vn: yaml.Node, probs: Problems) -> Axis | None:
+    from harness.campaigns.expand import render_value
+
+    if not isinstance(vn, yaml.SequenceNode) or not vn.value:
+        probs.add(vn, f"axes {flag}: values must be a non-empty list, got {type_name(vn)}")
+        return None
+    vals: list[AxisValue] = []
+    for v in vn.value:
+        ok, val = _flag_value(v, probs, f"axes {flag} value")
+        if not ok:
+            continue
+        if any(x.flags[flag] == val and type(x.flags[flag]) is type(val) for x in vals):
+            probs.add(v, f"axes {flag}: value {v.value!r} is listed twice")
+            continue
+        vals.append(AxisValue(label=f"{flag}={render_value(val)}", flags={flag: val}, line=v.start_mark.line + 1))
+    return Axis(name=flag, values=tuple(vals), is_flag=True)
+
+
+def _bundle_axis(name: str, vn: yaml.Node, probs: Problems) -> Axis | None:
+    if not isinstance(vn, yaml.MappingNode) or not vn.value:
+        probs.add(vn, f"axes {name}: values must be a mapping of label -> flags, e.g. "
+                      f"{{mmap: {{}}, streamed: {{--moe-stream: true}}}}, got {type_name(vn)}")
+        return None
+    vals: list[AxisValue] = []
+    for k, v in vn.value:
+        label = scalar(k) if isinstance(k, yaml.ScalarNode) else None
+        if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", label):
+            probs.add(k, f"axes {name}: label {getattr(k, 'value', '?')!r} must be a word (letters, digits, "
+                         f"_ . + -)")
+            continue
+        if any(x.label == label for x in vals):
+            probs.add(k, f"axes {name}: label {label!r} is listed twice")
+            continue
+        flags = {} if isinstance(v, yaml.ScalarNode) and scalar(v) is None else \
+            _flag_map(v, probs, f"axes {name} {label}")
+        vals.append(AxisValue(label=label, flags=flags, line=k.start_mark.line + 1))
+    return Axis(name=name, values=tuple(vals), is_flag=False)
 
 
 def _cells(node: yaml.Node | None, probs: Problems) -> list[ExplicitCell]:

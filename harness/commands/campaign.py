@@ -13,6 +13,10 @@ class RunsFailed(UserError):
     exit_code = 1
 
 
+class Interrupted(UserError):
+    exit_code = 130
+
+
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
     app.command("run")(run)
@@ -54,7 +58,11 @@ def run(
     from harness.campaigns.runner import run_campaign
     from harness.report.build import write_report
 
-    res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed)
+    try:
+        res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: finished runs are kept; run `bmoe-bench run {file}` again to "
+                          f"continue") from None
     if not no_report and res.n_ok > 0:
         write_report(res.folder)
         typer.echo(f"report: {res.folder / 'findings.md'}")

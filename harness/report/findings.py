@@ -77,13 +77,15 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
             if tgt.get("mem_cap_mib") else "; no memory cap"
         out.append(f"- **Target**: this machine, {tgt.get('cpu_model')}, {tgt.get('cpus')} CPUs, "
                    f"{_f(tgt.get('mem_total_mib', math.nan) / 1024, 1)} GiB RAM, Linux {tgt.get('kernel')}{cap}; "
-                   f"page cache {'dropped' if tgt.get('drop_caches') else 'not dropped'} before runs.")
+                   f"page cache {'dropped' if tgt.get('drop_caches') else 'not dropped'} before runs"
+                   + ("; the model file evicted from the page cache before each run (cold start, its reads "
+                      "charged to the cap)." if p.get("target", {}).get("evict_model") else "."))
     else:
         desc = ", ".join(f"{k}={v}" for k, v in tgt.items() if not isinstance(v, dict | list) and v is not None)
         out.append(f"- **Target**: {desc}.")
     eng = m.get("engine", {})
     h = m.get("harness", {})
-    preamble_ver = res.fixed_config.get("engine") or res.fixed_config.get("version")
+    preamble_ver = res.fixed_config.get("engine_version") or res.fixed_config.get("version")
     out.append(f"- **Engine**: {eng.get('kind')} `{preamble_ver or eng.get('version')}`; harness "
                f"{h.get('bmoe_bench')} at commit `{(h.get('commit') or '?')[:12]}`"
                f"{' (uncommitted changes)' if h.get('dirty') else ''}.")
@@ -97,6 +99,10 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
                f"{cd.get('max_wait_s')} s.")
     out.append("- **Varied** (one thing per cell): " + "; ".join(
         f"{c.label}" for c in res.cells if c.varied) + ".")
+    for c in res.cells:
+        facts = ", ".join(f"{k}={c.config[k]}" for k in res.varying_facts if k in c.config)
+        if facts:
+            out.append(f"- Engine facts of **{c.label}** (CSV preamble): {facts}.")
     if res.fixed_config:
         items = ", ".join(f"{k}={v}" for k, v in res.fixed_config.items() if k != "engine")
         out.append(f"- Engine configuration shared by every run (CSV preambles): {items}.")
@@ -218,7 +224,8 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
 
 def render_findings(data: CampaignData, res: Results, previous: str | None) -> str:
     p, m = data.plan, data.manifest
-    L: list[str] = [f"# {p['name']}: " + ("; ".join(c.label for c in res.cells if c.varied) + " vs base"), ""]
+    L: list[str] = [f"# {p['name']}: " + "; ".join(c.label for c in res.cells if c.varied)
+                    + f" vs {res.base.label}", ""]
     L += ["## Verdict", ""] + verdict(res) + [""]
     n_fail = sum(len(c.failures) for c in res.cells)
     pending = sum(1 for r in data.runs if r.rec.get("status") == "pending")

@@ -43,7 +43,8 @@ class Results:
     cells: list[CellResult]
     base: CellResult
     findings: list[Finding]
-    varying_keys: list[str]  # preamble keys that differ between cells (same within each)
+    varying_keys: list[str]  # configuration keys (cfg.*, mode) that differ between cells: table columns
+    varying_facts: list[str]  # other preamble keys that differ between cells (resolved budgets, ...)
     fixed_config: dict[str, str]  # preamble keys identical in every run
     seed: int
 
@@ -170,8 +171,9 @@ def compute_results(data: CampaignData) -> Results:
         findings.append(Finding("gate", f"the cooldown gate could not check {', '.join(unchecked)} on this "
                                         f"target: runs were not gated on it."))
     base = next(x for x in cells if x.index == base_idx)
-    return Results(cells=cells, base=base, findings=findings, varying_keys=varying, fixed_config=fixed,
-                   seed=seed)
+    cfg = [k for k in varying if k.startswith("cfg.") or k == "mode"]
+    return Results(cells=cells, base=base, findings=findings, varying_keys=cfg,
+                   varying_facts=[k for k in varying if k not in cfg], fixed_config=fixed, seed=seed)
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
