@@ -136,3 +136,23 @@ def test_exception_in_callback_is_an_error_not_garbage(models, tmp_path):
     assert r.stdout.strip() == ""
     err = [ln for ln in r.stderr.splitlines() if "error" in ln]
     assert len(err) == 1 and "test fault injected at layer 2" in err[0]
+
+
+def _online_policies() -> list[str]:
+    from harness.engine.policies import online_policies
+
+    return online_policies()
+
+
+@pytest.mark.parametrize("policy", _online_policies())
+def test_every_cache_policy_matches_resident(models, resident, tmp_path, policy):
+    """Each selectable policy evicts differently; none may change a single token."""
+    r = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", "--cache-policy", policy)
+    assert r.preamble["cfg.cache_policy"] == policy
+    assert r.summary["evictions"] > 0
+    assert r.tokens == resident("q4_k")
+
+
+def test_offline_policy_is_refused(models, tmp_path):
+    r = bmoe(models["q4_k"], "--moe-stream", "--cache-mb", "1", "--cache-policy", "belady", n=4, tmp=tmp_path)
+    assert r.rc == 2 and "--cache-policy" in r.stderr
