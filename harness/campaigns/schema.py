@@ -49,12 +49,13 @@ TOP_KEYS = {
     "timeout_s": "longest a single run may take",
 }
 MODEL_KEYS = {"path": "model file on the target", "recipe": "make-model recipe",
-              "push_from": "local file to push to path (adb)"}
+              "push_from": "local model file to stage on the target (adb: pushed once, checked by size+hash)"}
 TARGET_KEYS = {"kind": "local or adb", "serial": "adb serial", "mem_cap_mib": "local memory cap (cgroup)",
                "drop_caches": "drop the page cache before each run (local, root)",
                "evict_model": "evict the model file from the page cache before each run (local, default true)"}
 ENGINE_KEYS = {"kind": "bmoe or external", "path": "engine executable (on the target)",
-               "push_from": "local engine binary to push (adb)", "args": "how the engine spells model/prompt/..."}
+               "push_from": "local engine binary to stage on the target (adb: pushed once)",
+               "args": "how the engine spells model/prompt/..."}
 COOLDOWN_KEYS = {"cpu_temp_max_c": "CPU temperature ceiling", "mem_available_min_mib": "MemAvailable floor",
                  "max_wait_s": "longest wait before giving up", "poll_s": "seconds between checks"}
 AXIS_KEYS = {"flag": "engine flag (a flag axis)", "name": "axis name (an axis of labelled flag bundles)",
@@ -323,8 +324,9 @@ def _model(node: yaml.Node | None, root: yaml.Node, probs: Problems, r: _Reader)
             recipe_problem = _check_recipe(recipe)
             if recipe_problem:
                 probs.add(rn, f"model.recipe: {recipe_problem}")
-    if (path is None) == (recipe is None):
-        probs.add(node, "model needs exactly one of path or recipe")
+    if [path, recipe, push].count(None) != 2:
+        probs.add(node, "model needs exactly one of path (on the target), recipe (generated) or "
+                        "push_from (a local file staged on the target)")
     return ModelSource(path=path, recipe=recipe, push_from=push)  # type: ignore[arg-type]
 
 
@@ -371,8 +373,9 @@ def _engine(node: yaml.Node | None, probs: Problems, r: _Reader) -> EngineSpec:
         return EngineSpec()
     kind = r.choice(items, "kind", "engine.", ENGINE_KINDS, "bmoe")
     path = r.get(items, "path", "engine.", (str,), None)
-    if kind == "external" and path is None:
-        probs.add(node, "engine kind external needs path: the executable (on the target)")
+    if kind == "external" and (path is None) == ("push_from" not in items):
+        probs.add(node, "engine kind external needs exactly one of path (the executable on the target) or "
+                        "push_from (a local executable staged on the target)")
     if kind == "bmoe" and path is not None:
         probs.add(items["path"], "engine.path is for external engines; bmoe is the installed console script")
     args = dict(DEFAULT_IO_ARGS)

@@ -1,0 +1,90 @@
+"""A whole campaign over adb against a real adbd on loopback (tests/adbd/run-adb-tests.sh runs it inside
+a private network namespace; anywhere else it skips): engine and model pushed, runs on the "device",
+CSVs pulled, a failing cell recorded, the report written from what came back."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from io import StringIO
+
+import pytest
+from rich.console import Console
+
+from harness.campaigns import store
+from harness.campaigns.runner import run_campaign
+from harness.report.build import write_report
+
+SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
+pytestmark = [
+    pytest.mark.adb,
+    pytest.mark.skipif(SERIAL is None, reason="needs the loopback adbd: run tests/adbd/run-adb-tests.sh"),
+]
+
+# a POSIX sh engine: parses the harness's flags, writes a bmoe_metrics v2 CSV where --csv says, prints
+# BMOE_PROGRESS lines; --slow doubles the per-token time; --fail exits 3 with one stderr line
+ENGINE = r"""#!/bin/sh
+n=4; ms=100; csv=""; m=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -m) m="$2"; shift 2;;
+    -n) n="$2"; shift 2;;
+    -p) shift 2;;
+    --csv) csv="$2"; shift 2;;
+    --slow) ms=200; shift;;
+    --fail) echo "sh-engine: failing on purpose" >&2; exit 3;;
+    *) shift;;
+  esac
+done
+[ -f "$m" ] || { echo "sh-engine: no model at $m" >&2; exit 2; }
+{
+  echo "# bmoe_metrics v2"; echo "# engine_version=sh-engine 1"; echo "# ms=$ms"
+  echo "step,steps,wall_ms,read_bytes"
+  i=0; while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "$i,$n,$ms,1048576"; done
+} > "$csv.part"
+mv "$csv.part" "$csv"
+i=0
+while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "BMOE_PROGRESS {\"step\": $i, \"steps\": $n, \"wall_ms\": $ms}"; done
+"""
+
+
+def test_campaign_over_adb(tmp_path):
+    eng = tmp_path / "sh-engine"
+    eng.write_text(ENGINE)
+    eng.chmod(0o755)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(os.urandom(8192))
+    p = tmp_path / "a.yaml"
+    p.write_text(textwrap.dedent(f"""\
+        name: adbtest
+        model: {{push_from: {model}}}
+        target: {{kind: adb, serial: "{SERIAL}"}}
+        engine: {{kind: external, push_from: {eng}}}
+        repeats: 2
+        tokens: 4
+        cooldown: {{cpu_temp_max_c: 90, mem_available_min_mib: 64, max_wait_s: 5}}
+        timeout_s: 60
+        axes:
+          - {{flag: --slow, values: [true]}}
+          - {{flag: --fail, values: [true]}}
+        """))
+    res = run_campaign(p, root=tmp_path / "bd", console=Console(file=StringIO()))
+    assert (res.n_ok, res.n_failed) == (4, 2)
+    m = store.load_manifest(res.folder)
+    assert m["target"]["kind"] == "adb" and m["target"]["serial"] == SERIAL
+    for r in m["runs"]:
+        assert r["argv"][0].startswith("/data/local/tmp/")  # the engine was staged on the device
+        if r["cell"] == 2:
+            assert r["status"] == "failed" and r["reason"] == "engine exited 3: sh-engine: failing on purpose"
+            continue
+        assert r["status"] == "ok" and r["tokens"] == 4
+        d = res.folder / "runs" / r["run_id"]
+        assert (d / "metrics.csv").read_text().startswith("# bmoe_metrics v2\n# engine_version=sh-engine 1")
+        assert "BMOE_PROGRESS" in (d / "engine.log").read_text()
+        assert r["entry_state"]["mem_available_mib"] > 0
+    write_report(res.folder)
+    md = (res.folder / "findings.md").read_text()
+    # read back from the pulled CSVs' preambles: base 100 ms, --slow=on 200 ms
+    assert "Engine facts of **base** (CSV preamble): ms=100." in md
+    assert "Engine facts of **--slow=on** (CSV preamble): ms=200." in md
+    assert "x base" in md and "0.50 [0.50, 0.50]" in md  # --slow halves tok/s exactly
