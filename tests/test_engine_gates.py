@@ -80,6 +80,12 @@ def test_every_expert_cached_matches(models, resident, tmp_path):
     assert r.tokens == resident("q4_k")
 
 
+def test_preloaded_cache_matches(models, resident, tmp_path):
+    r = _stream(models, tmp_path, "q8_0", "--cache-mb", "1000", "--cache-preload")
+    assert r.summary["hit_pct"] == 100.0 and r.summary["mib_read_per_token"] == 0
+    assert r.tokens == resident("q8_0")
+
+
 @pytest.mark.parametrize("flags", [("--no-odirect",), ("--io-threads", "1"), ("--io-threads", "4"),
                                    ("--io-threads", "8", "--no-odirect")])
 def test_io_paths_match(models, resident, tmp_path, flags):

@@ -110,6 +110,22 @@ class ExpertCache:
             res.evicted.append(victim)
         return res
 
+    def preload(self, layer: int, experts: Iterable[int]) -> list[int]:
+        """Mark experts resident without a lookup (the engine's --cache-preload reads them at once).
+        Only while they fit the budget; returns the experts inserted."""
+        eb = self.expert_bytes[layer]
+        added = []
+        for e in experts:
+            key = (layer, int(e))
+            if key in self.resident or not self.enabled or self.resident_bytes + eb > self.budget:
+                continue
+            self.resident.add(key)
+            self.resident_bytes += eb
+            self._clock += 1
+            self.policy.on_insert(key, self._clock)
+            added.append(int(e))
+        return added
+
     def _evict(self, key: Key) -> None:
         self.resident.remove(key)
         self.resident_bytes -= self.expert_bytes[key[0]]

@@ -27,6 +27,7 @@ class EngineConfig:
     cache_mb: int | None = None  # None = auto
     cache_ceil_mb: int | None = None
     force_cache: bool = False
+    cache_preload: bool = False
     io_threads: int = 4
     odirect: bool = True
     n_expert_used: int = 0  # 0 = the model's own
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
       help="expert cache budget in MiB; 0 = no cache; auto = from MemAvailable at load (default)")
     a("--cache-ceil-mb", type=int, default=None, help="ceiling for --cache-mb auto, MiB")
     a("--force-cache", action="store_true", help="accept a cache budget below one token cycle")
+    a("--cache-preload", action="store_true",
+      help="read every expert into the cache at its first pass (needs a budget >= all experts)")
     a("--cache-policy", default=ONLINE_DEFAULT, help=f"eviction policy (default {ONLINE_DEFAULT})")
     a("--io-threads", type=int, default=4, help=f"parallel read lanes 1..{IO_THREADS_MAX} (default 4)")
     a("--no-odirect", action="store_true", help="buffered reads instead of O_DIRECT")
@@ -116,7 +119,7 @@ def parse_cli(argv: list[str]) -> EngineConfig:
     cfg = EngineConfig(
         model=ns.model, prompt=ns.prompt, n_predict=ns.n_predict, threads=ns.threads, ctx=ns.ctx,
         moe_stream=ns.moe_stream, cache_mb=ns.cache_mb, cache_ceil_mb=ns.cache_ceil_mb,
-        force_cache=ns.force_cache, io_threads=ns.io_threads, odirect=not ns.no_odirect,
+        force_cache=ns.force_cache, cache_preload=ns.cache_preload, io_threads=ns.io_threads, odirect=not ns.no_odirect,
         n_expert_used=ns.n_expert_used, cache_policy=ns.cache_policy, chatml=ns.chatml, temp=ns.temp,
         top_k=ns.top_k, top_p=ns.top_p, seed=ns.seed, csv=ns.csv, progress=ns.progress,
         route_trace=ns.route_trace, list_archs=ns.list_archs, version=ns.version,
@@ -125,8 +128,8 @@ def parse_cli(argv: list[str]) -> EngineConfig:
     return cfg
 
 
-_STREAM_ONLY = ("--cache-mb", "--cache-ceil-mb", "--force-cache", "--cache-policy", "--io-threads",
-                "--no-odirect", "--route-trace")
+_STREAM_ONLY = ("--cache-mb", "--cache-ceil-mb", "--force-cache", "--cache-preload", "--cache-policy",
+                "--io-threads", "--no-odirect", "--route-trace")
 
 
 def validate(cfg: EngineConfig, argv: list[str] | None = None) -> None:
@@ -157,5 +160,7 @@ def validate(cfg: EngineConfig, argv: list[str] | None = None) -> None:
         given = [f for f in _STREAM_ONLY if any(x == f or x.startswith(f + "=") for x in argv)]
         if given:
             raise UserError(f"bmoe: {given[0]} only applies with --moe-stream (add it, or drop {given[0]})")
+    if cfg.cache_preload and cfg.cache_mb == 0:
+        raise UserError("bmoe: --cache-preload needs a cache: drop --cache-mb 0")
     if cfg.route_trace and not cfg.moe_stream:
         raise UserError("bmoe: --route-trace needs --moe-stream")

@@ -78,7 +78,7 @@ class StreamHook:
 
     def __init__(self, layout: ModelLayout, cache: ExpertCache, reader: SliceReader,
                  record_routes: bool = False, corrupt: tuple[int, int, int] | None = None,
-                 fail_at_layer: int | None = None):
+                 fail_at_layer: int | None = None, preload: bool = False):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -95,6 +95,8 @@ class StreamHook:
         self.phase = 0
         self.corrupt = corrupt  # test-only negative control: (layer, expert, wrong_expert)
         self.fail_at_layer = fail_at_layer  # test-only: raise inside the callback at this layer's topk
+        self.preload = preload  # read every expert of a layer at its first pass (--cache-preload)
+        self._preloaded: set[int] = set()
         last_kind = {il: ts[-1].kind for il, ts in layout.by_layer.items()}
         self._last_kind = last_kind
         from llama_cpp import llama_cpp as L
@@ -201,7 +203,13 @@ class StreamHook:
             raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {ids.min()}..{ids.max()}")
         flat_ids = ids.reshape(-1).tolist()
         order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
+        preloaded: list[int] = []
+        if self.preload and il not in self._preloaded:
+            self._preloaded.add(il)
+            preloaded = self.cache.preload(il, range(n_exp))
         res = self.cache.lookup_batch(il, flat_ids)  # duplicates only promote, inside the cache
+        if preloaded:
+            res.misses = sorted(set(preloaded) | set(res.misses))
         c = self.counters
         c.lookups += len(order)
         c.hits += len(res.hits)

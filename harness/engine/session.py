@@ -71,6 +71,9 @@ def plan_cache(cfg: EngineConfig, layout: ModelLayout, k: int) -> CachePlan:
     else:
         budget = cfg.cache_mb * MIB
         plan = CachePlan(budget, "fixed", cycle, f"fixed {cfg.cache_mb} MiB")
+    if cfg.cache_preload and plan.budget_bytes < total:
+        raise UserError(f"--cache-preload needs a budget of every expert, {-(-total // MIB)} MiB; "
+                        f"the budget is {plan.budget_bytes // MIB} MiB ({plan.note})")
     problem = budget_problem(plan.budget_bytes, cycle)
     if problem and not cfg.force_cache:
         raise UserError(problem)
@@ -119,7 +122,7 @@ class Session:
             self.cache = ExpertCache(self.cache_plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy)
             self.reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
             self.hook = StreamHook(layout, self.cache, self.reader, record_routes=bool(cfg.route_trace),
-                                   corrupt=corrupt, fail_at_layer=fail_at_layer)
+                                   corrupt=corrupt, fail_at_layer=fail_at_layer, preload=cfg.cache_preload)
         self._make_context()
         self.load_s = time.perf_counter() - t0
 
