@@ -50,13 +50,18 @@ else
     apt-get "${opts[@]}" -qq -y install --download-only adbd >&2
     rm -rf "$root"; mkdir -p "$root"
     for deb in "$work"/archives/*.deb; do dpkg-deb -x "$deb" "$root"; done
-    lib="$root/usr/lib/x86_64-linux-gnu"
+    case "$(uname -m)" in
+        x86_64) triplet=x86_64-linux-gnu; ldso=ld-linux-x86-64.so.2 ;;
+        aarch64) triplet=aarch64-linux-gnu; ldso=ld-linux-aarch64.so.1 ;;
+        *) echo "install-adbd: no loader name known for $(uname -m)" >&2; exit 1 ;;
+    esac
+    lib="$root/usr/lib/$triplet"
     real="$root/usr/lib/android-sdk/platform-tools/adbd"
-    [ -x "$real" ] && [ -x "$lib/ld-linux-x86-64.so.2" ] || {
-        echo "install-adbd: unpacked tree lacks $real or trixie's ld-linux" >&2; exit 1; }
+    [ -x "$real" ] && [ -e "$lib/$ldso" ] || {
+        echo "install-adbd: unpacked tree lacks $real or trixie's $ldso" >&2; exit 1; }
     # --library-path rather than LD_LIBRARY_PATH: the shells adbd starts must use the host's own libc
     printf '#!/bin/sh\nexec %s --library-path %s:%s/android %s "$@"\n' \
-        "$lib/ld-linux-x86-64.so.2" "$lib" "$lib" "$real" > "$LAUNCHER.tmp"
+        "$lib/$ldso" "$lib" "$lib" "$real" > "$LAUNCHER.tmp"
 fi
 chmod +x "$LAUNCHER.tmp"
 mv "$LAUNCHER.tmp" "$LAUNCHER"
