@@ -76,7 +76,7 @@ def test_describe_a_linux_adbd(target):
     assert d["serial"] == SERIAL and d["kind"] == "adb"
     assert d["model"] is None  # no getprop on a Linux adbd: unknown, not an error
     assert d["kernel"].startswith("Linux") and d["cpus"] == os.cpu_count()
-    assert d["mem_total_mib"] > 0
+    assert d["mem_total_mib"] > 0 and 0 < d["device_dir_free_mib"] <= 512
 
 
 def test_sample_state_over_adb_is_cheap_and_complete(target):
@@ -136,6 +136,7 @@ def test_run_streams_logs_and_pulls(target, engine, tmp_path):
         f'BMOE_PROGRESS {{"token": {i}}}' for i in (1, 2, 3)
     ]
     assert out.fetched[csv].read_text() == "token,wall_s\n1,0.1\n"
+    assert target.remote_size(csv) is None  # pulled outputs in the run dir are moved, not copied
     log = (tmp_path / "run.log").read_text()
     assert "a warning" in log and 'BMOE_PROGRESS {"token": 3}' in log
     assert out.remote_pid is not None and f"engine pid {out.remote_pid}" in lines

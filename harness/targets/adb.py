@@ -207,6 +207,7 @@ class AdbTarget:
             "cpus": int(cpus) if cpus and cpus.isdigit() else None,
             "mem_total_mib": mem["mem_total_mib"],
             "device_dir": self.device_dir,
+            "device_dir_free_mib": round(free / 1024) if (free := self.free_kib(self.device_dir)) is not None else None,
         }
 
     def run_dir(self) -> str:
@@ -420,18 +421,26 @@ class AdbTarget:
             pass
 
     def _pull(self, outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[str], str | None]:
+        """Pull each output into out_dir (size-checked); outputs inside run_dir() are then deleted on the
+        device, so run files do not pile up on a phone. Relative paths are relative to run_dir()."""
         fetched: dict[str, Path] = {}
         missing: list[str] = []
         for remote in outputs:
             path = remote if remote.startswith("/") else f"{self.run_dir()}/{remote}"
             try:
-                if self.remote_size(path) is None:
+                size = self.remote_size(path)
+                if size is None:
                     missing.append(remote)
                     continue
                 dest = out_dir / Path(path).name
                 tmp = dest.with_name(dest.name + ".part")
                 self.device.sync.pull(path, str(tmp))
+                got = tmp.stat().st_size
+                if got != size:
+                    return fetched, missing, f"{self.serial}: pull of {path} incomplete ({got} of {size} bytes)"
                 tmp.replace(dest)
+                if path.startswith(self.run_dir() + "/"):
+                    self.shell(sh_join(["rm", "-f", path]))
             except DeviceGone as e:
                 return fetched, missing, str(e)
             except _ADB_ERRORS as e:
