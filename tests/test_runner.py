@@ -247,3 +247,12 @@ def test_cli_validate_lists_every_problem(tmp_path):
     assert lines[0] == f"{p}:3: unknown key 'repeat' (did you mean 'repeats'?)"
     assert lines[1].startswith(f"{p}:4: tokens must be an integer")
     assert lines[-1] == f"Error: {p}: 2 problems (listed above)"
+
+
+def test_gate_survives_an_unreadable_device():
+    def gone():
+        raise ConnectionError("device offline")
+
+    g = wait_for_gate(gone, Cooldown(cpu_temp_max_c=60), sleep=lambda s: None)
+    assert not g.gave_up and g.reason == "device state unreadable: ConnectionError: device offline"
+    assert g.entry == {} and g.unchecked == ["device state"]

@@ -51,7 +51,11 @@ def wait_for_gate(sample_state: Callable[[], dict], cd: Cooldown, *, clock: Call
     t0 = clock()
     first_reason: str | None = None
     while True:
-        s = sample_state()
+        try:
+            s = sample_state()
+        except Exception as e:  # e.g. the device went away: the run will fail and say why
+            return GateResult(clock() - t0, False, f"device state unreadable: {type(e).__name__}: {e}", {},
+                              ["device state"])
         bad, unknown = blocking(s, cd)
         waited = clock() - t0
         if not bad:

@@ -257,9 +257,9 @@ def _run_all(plan: Plan, m: dict, folder: Path, target: Target, res: Resolved, c
                 store.save_manifest(folder, m)
                 prog.end_run(r["status"] == "ok", r.get("reason"))
         m["status"] = "complete" if all(r["status"] != "pending" for r in m["runs"]) else "running"
-    except KeyboardInterrupt:
+    except BaseException as e:  # Ctrl-C, or an error in what we were given: drop the half-written run
         store.clear_tmp(folder)
-        m["status"] = "interrupted"
+        m["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
         raise
     finally:
         m["sessions"][-1]["end"] = store.iso(time.time())
