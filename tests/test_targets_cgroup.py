@@ -258,8 +258,7 @@ def test_stale_children_of_dead_harness_processes_are_removed():
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping the page cache needs root")
 @pytest.mark.skipif(
     os.environ.get("BMOE_TEST_DROP_CACHES") != "1",
-    reason="drops the whole machine's page cache (disturbs benchmarks running beside it): "
-    "set BMOE_TEST_DROP_CACHES=1",
+    reason="drops the whole machine's page cache (disturbs benchmarks running beside it): set BMOE_TEST_DROP_CACHES=1",
 )
 def test_drop_caches_as_root_lowers_cached(tmp_path):
     from harness.targets import devstate
@@ -278,3 +277,11 @@ def test_drop_caches_flag_needs_root(monkeypatch):
     with pytest.raises(UserError, match="drop_caches: dropping the page cache needs root"):
         LocalTarget(drop_caches=True)
     assert LocalTarget().drop_caches() is False
+
+
+def test_capped_cli_without_a_command_is_one_line_error():
+    r = subprocess.run(
+        [PY, "-m", "harness.targets.capped", "--mem-mib", "64", "--"], capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["Error: no command given: use -- CMD [ARGS...]"]

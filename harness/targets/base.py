@@ -9,6 +9,18 @@ Contract for callers (the runner):
   `UserError` only for a mistake in what it was given (and re-raises KeyboardInterrupt after killing
   the engine, so Ctrl-C leaves nothing running).
 - `outcome.ok` is the single test of success: exit code 0, no reason.
+- `outputs` are paths on the target (adb: relative ones are relative to run_dir()). Each lands in out_dir
+  under its basename; `fetched` maps the path as given to the local file. A missing output after exit 0
+  fails the run ("engine exited 0 but did not write <path>"). adb: outputs inside run_dir() are removed
+  from the device once pulled and size-checked.
+- `log_path` gets stdout and stderr lines as they arrive (interleaved); `on_stdout_line` gets stdout lines
+  without their newline, from a reader thread (local) or the calling thread (adb). An exception raised
+  by the callback is re-raised after the run has finished and been cleaned up.
+- LocalTarget(drop_caches=True) drops the page cache itself before each run; callers need not call
+  drop_caches() too. A memory cap gives `peak_mem_mib` (the cgroup's peak, page cache included) and
+  `oom_killed`.
+- `sample_state()` may be called from another thread while run() is in progress. On adb, if the device
+  has gone away, the sample has no readings and an "error" key, rather than raising.
 """
 
 from __future__ import annotations
