@@ -53,6 +53,10 @@ def split_plot(res: Results) -> bytes:
     ax.bar(xs, mg, bottom=io_, label="cache mgmt", color="#7a9a01")
     ax.bar(xs, cp, bottom=[a + b for a, b in zip(io_, mg, strict=True)], label="compute (residual)",
            color="#4a7fb5")
+    unsplit = [c.wall_s if not any(math.isfinite(v) for v in (c.io_s, c.mgmt_s, c.compute_s)) else 0.0
+               for c in cells]
+    if any(unsplit):
+        ax.bar(xs, unsplit, label="wall (split not measured)", color="#ccc", hatch="//", edgecolor="#888")
     ax.set_xticks(xs, [c.label for c in cells], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("s/token")
     ax.legend(fontsize=8)
