@@ -245,3 +245,30 @@ def test_shape_flags_override() -> None:
     assert (s.n_layer, s.n_expert, s.expert_type) == (2, 128, "q4_k")
     with pytest.raises(UserError, match="--shape"):
         shape_spec("nope")
+
+
+def test_prefetch_keeps_order_raises_errors_and_stops_early() -> None:
+    from harness.synth.prefetch import prefetch
+
+    assert list(prefetch(iter(range(100)), depth=2)) == list(range(100))
+
+    def boom():
+        yield 1
+        raise OSError("disk full")
+
+    it = prefetch(boom())
+    assert next(it) == 1
+    with pytest.raises(OSError, match="disk full"):
+        next(it)
+
+    produced: list[int] = []
+
+    def counting():
+        for i in range(1000):
+            produced.append(i)
+            yield i
+
+    it = prefetch(counting(), depth=2)
+    assert next(it) == 0
+    it.close()  # the worker must stop, not run the generator to the end
+    assert len(produced) < 10

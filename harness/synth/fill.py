@@ -37,13 +37,19 @@ def n_rows(t: TensorPlan) -> int:
     return t.n_elements // t.ne[0]
 
 
+def _random_bytes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random bytes, writable; the raw 64-bit stream is ~6x faster than Generator.bytes."""
+    raw = rng.bit_generator.random_raw((n + 7) // 8).astype("<u8", copy=False)
+    return raw.view(np.uint8)[:n]
+
+
 def _scales(rng: np.random.Generator, n: int, d: float) -> np.ndarray:
     """n block scales around d (+-25%), as f16 bytes (n, 2)."""
     return (rng.uniform(0.75, 1.25, n) * d).astype("<f2").view(np.uint8).reshape(n, 2)
 
 
 def _q8_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
-    blocks = np.frombuffer(bytearray(rng.bytes(n_blocks * 34)), dtype=np.uint8).reshape(n_blocks, 34)
+    blocks = _random_bytes(rng, n_blocks * 34).reshape(n_blocks, 34)
     blocks[:, 0:2] = _scales(rng, n_blocks, std / _Q8_RMS)
     return blocks
 
@@ -51,7 +57,7 @@ def _q8_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarra
 def _q4k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
     # block_q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales/mins, 128 bytes of 4-bit quants.
     # Every bit pattern of the last 140 bytes is valid, so they are plain random bytes.
-    blocks = np.frombuffer(bytearray(rng.bytes(n_blocks * 144)), dtype=np.uint8).reshape(n_blocks, 144)
+    blocks = _random_bytes(rng, n_blocks * 144).reshape(n_blocks, 144)
     d = rng.uniform(0.75, 1.25, n_blocks) * (std / _Q4K_RMS)
     blocks[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
     blocks[:, 2:4] = (d * _Q4K_DMIN_RATIO).astype("<f2").view(np.uint8).reshape(n_blocks, 2)

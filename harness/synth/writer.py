@@ -4,13 +4,14 @@ memory stays bounded by one chunk whatever the model size. Files get their final
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness.errors import UserError
 from harness.synth.fill import tensor_chunks
 from harness.synth.gguf_encode import align
 from harness.synth.plan import ModelPlan, plan_model, shard_paths
+from harness.synth.prefetch import prefetch
 from harness.synth.spec import ModelSpec
 
 ProgressFn = Callable[[int], None]  # called with the number of bytes just written
@@ -28,6 +29,20 @@ def check_outputs(out: Path, n_split: int, force: bool) -> list[Path]:
     return paths
 
 
+def _shard_chunks(
+    plan: ModelPlan, tensors: tuple[int, ...], offsets: tuple[int, ...], seed: int
+) -> Iterator[tuple[int, int, bytes]]:
+    """(tensor index, tensor offset, bytes) for every chunk of the shard's tensors, in file order."""
+    for i, off in zip(tensors, offsets, strict=True):
+        t = plan.tensors[i]
+        n = 0
+        for chunk in tensor_chunks(t, seed):
+            yield i, off, chunk
+            n += len(chunk)
+        if n != t.nbytes:
+            raise RuntimeError(f"{t.name}: generated {n} bytes, planned {t.nbytes}")
+
+
 def write_plan(plan: ModelPlan, paths: list[Path], on_bytes: ProgressFn | None = None) -> None:
     seed = plan.spec.seed
     for shard, path in zip(plan.shards, paths, strict=True):
@@ -35,19 +50,15 @@ def write_plan(plan: ModelPlan, paths: list[Path], on_bytes: ProgressFn | None =
         try:
             with open(tmp, "wb") as f:
                 f.write(shard.header)
-                pos = 0
-                for i, off in zip(shard.tensors, shard.offsets, strict=True):
-                    f.write(b"\0" * (off - pos))
-                    t = plan.tensors[i]
-                    n = 0
-                    for chunk in tensor_chunks(t, seed):
-                        f.write(chunk)
-                        n += len(chunk)
-                        if on_bytes is not None:
-                            on_bytes(len(chunk))
-                    if n != t.nbytes:
-                        raise RuntimeError(f"{t.name}: generated {n} bytes, planned {t.nbytes}")
-                    pos = off + n
+                pos, cur = 0, -1
+                for i, off, chunk in prefetch(_shard_chunks(plan, shard.tensors, shard.offsets, seed)):
+                    if i != cur:  # first chunk of a tensor: pad up to its aligned offset
+                        f.write(b"\0" * (off - pos))
+                        pos, cur = off, i
+                    f.write(chunk)
+                    pos += len(chunk)
+                    if on_bytes is not None:
+                        on_bytes(len(chunk))
                 f.write(b"\0" * (align(pos) - pos))
             os.replace(tmp, path)
         except BaseException:
