@@ -85,6 +85,7 @@ class StreamHook:
         self.topk_prefix = (layout.row.topk_node + "-").encode()
         self.bound: dict[int, Bound | None] = {}
         self.layer_bound: dict[int, list[Bound]] = {}
+        self.last_addr: dict[int, int] = {}  # layer -> address of its last expert matmul's tensor (down)
         self.pending: dict[int, list[int]] = {}  # layer -> misses not yet read for unbound tensors
         self.inflight: dict[int, list[Future]] = {}
         self.error: BaseException | None = None
@@ -97,8 +98,7 @@ class StreamHook:
         self.fail_at_layer = fail_at_layer  # test-only: raise inside the callback at this layer's topk
         self.preload = preload  # read every expert of a layer at its first pass (--cache-preload)
         self._preloaded: set[int] = set()
-        last_kind = {il: ts[-1].kind for il, ts in layout.by_layer.items()}
-        self._last_kind = last_kind
+        self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
         from llama_cpp import llama_cpp as L
 
         self.cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -120,7 +120,9 @@ class StreamHook:
                     futs = self.inflight.pop(src, None)
                     if futs:
                         self._wait(futs)
-                    return b.isolate
+                    # isolate gate/up only while the layer's down slices are still being read, so those
+                    # reads overlap gate/up compute; with nothing in flight, no extra graph split
+                    return b.isolate and bool(self.inflight.get(self.last_addr.get(b.et.layer, 0)))
                 if op == GGML_OP_VIEW or op == GGML_OP_TOP_K:
                     return _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix)
                 return False
@@ -147,7 +149,9 @@ class StreamHook:
                 f"GGUF ({et.shape}, {et.nb2}, {et.ggml_type}); was the model loaded with weight repacking?")
         res = Reservation(et.nbytes, et.abs_offset)
         _c_vp.from_address(src + OFF_DATA).value = res.data
-        b = Bound(src, et, res, isolate=et.kind != self._last_kind[et.layer])
+        b = Bound(src, et, res, isolate=et.kind != self._last_kind)
+        if not b.isolate:
+            self.last_addr[et.layer] = src
         self.bound[src] = b
         self.layer_bound.setdefault(et.layer, []).append(b)
         misses = self.pending.get(et.layer)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ArchRow:
     arch: str
-    expert_tensors: tuple[str, ...]  # tensor names within a block: blk.<il>.<name>.weight
+    expert_tensors: tuple[str, ...]  # blk.<il>.<name>.weight, in graph order: the last one (down) is
+    # computed after the others, so its reads may overlap their compute
     topk_node: str = "ffn_moe_topk"  # graph node "<topk_node>-<il>" holding the selected expert ids
     note: str = ""
 
