@@ -272,3 +272,12 @@ def test_prefetch_keeps_order_raises_errors_and_stops_early() -> None:
     assert next(it) == 0
     it.close()  # the worker must stop, not run the generator to the end
     assert len(produced) < 10
+
+
+def test_progress_goes_to_stderr_and_does_not_change_bytes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (quiet,) = make_model(tmp_path / "q.gguf", ModelSpec(n_layer=2))
+    (shown,) = make_model(tmp_path / "p.gguf", ModelSpec(n_layer=2), progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "writing p.gguf" in captured.err
+    assert _sha([quiet]) == _sha([shown])

@@ -19,6 +19,9 @@ GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12}
 # dtype -> (elements per block, bytes per block)
 BLOCK: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_k": (256, 144)}
 
+# llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
+FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15}
+
 # Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
 # the router is sharp enough that routing changes token to token, the experts' output is comparable to the
 # residual stream, and the output head is sharp enough that the argmax follows the hidden state.
@@ -210,6 +213,7 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             f"bmoe-synth-{a}-L{spec.n_layer}-E{spec.n_expert}-{spec.expert_type}-seed{spec.seed}",
         ),
         KV("general.quantization_version", u32, 2),
+        KV("general.file_type", u32, FILE_TYPE[spec.expert_type if spec.is_moe else spec.dense_type]),
         KV(f"{a}.context_length", u32, spec.ctx_len),
         KV(f"{a}.embedding_length", u32, spec.n_embd),
         KV(f"{a}.block_count", u32, spec.n_layer),
@@ -284,7 +288,8 @@ def plan_model(spec: ModelSpec) -> ModelPlan:
     groups = assign_shards([t.nbytes for t in tensors], spec.n_split)
     shards, sizes = [], []
     for si, idxs in enumerate(groups):
-        shard_kvs = (kvs if si == 0 else kvs[:1]) if spec.n_split > 1 else kvs
+        # as llama.cpp's gguf-split: all metadata in the first shard, only the split keys in the others
+        shard_kvs = kvs if si == 0 else []
         if spec.n_split > 1:
             shard_kvs = shard_kvs + _split_kvs(si, spec.n_split, len(tensors))
         offsets, off = [], 0
