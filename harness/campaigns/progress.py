@@ -45,10 +45,17 @@ class RunProgress:
                 desc = self.p.tasks[self.t_tok].description.split(" |")[0]
                 self.p.update(self.t_tok, description=f"{desc} |{extra}")
 
-    def end_run(self, ok: bool, reason: str | None) -> None:
+    def end_run(self, run_id: str, label: str, rec: dict) -> None:
+        """One line per finished run (also the whole log when stderr is not a terminal)."""
         self.done += 1
-        if not ok:
+        if rec.get("status") != "ok":
             self.failed += 1
-            self.console.print(f"[red]run failed:[/red] {reason}")
+            self.console.print(f"{run_id} {label}: [red]failed[/red]: {rec.get('reason')}", highlight=False)
+        else:
+            rate = rec.get("tok_s_all")
+            self.console.print(f"{run_id} {label}: ok, {rec.get('tokens')} tokens"
+                               f"{f', {rate:.3g} tok/s (all tokens)' if rate else ''}, {rec.get('wall_s', 0):.1f} s"
+                               f"{', gate: ' + rec['gate']['reason'] if rec.get('gate', {}).get('reason') else ''}",
+                               highlight=False)
         self.p.update(self.t_runs, completed=self.done,
                       description=f"runs ({self.n_cells} cells{f', {self.failed} failed' if self.failed else ''})")

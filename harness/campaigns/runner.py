@@ -24,6 +24,7 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
+from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
 PROGRESS_PREFIX = "BMOE_PROGRESS "
@@ -255,7 +256,7 @@ def _run_all(plan: Plan, m: dict, folder: Path, target: Target, res: Resolved, c
                 prog.start_run(r["run_id"], cell.label, r["round"] + 1, c.repeats)
                 _one_run(plan, m, r, folder, target, res, prog)
                 store.save_manifest(folder, m)
-                prog.end_run(r["status"] == "ok", r.get("reason"))
+                prog.end_run(r["run_id"], cell.label, r)
         m["status"] = "complete" if all(r["status"] != "pending" for r in m["runs"]) else "running"
     except BaseException as e:  # Ctrl-C, or an error in what we were given: drop the half-written run
         store.clear_tmp(folder)
@@ -301,6 +302,7 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
     reason = outcome.reason
     csv_local = outcome.fetched.get(remote_csv)
     n_tokens = None
+    decode_tok_s = None
     if csv_local is not None:
         dest = tmp / "metrics.csv"
         if Path(csv_local) != dest:
@@ -309,7 +311,9 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
             from harness.report.metrics import read_metrics
 
             try:
-                n_tokens = len(read_metrics(dest).rows)
+                mt = read_metrics(dest)
+                n_tokens = len(mt.rows)
+                decode_tok_s = round(tok_s(mt.wall_ms()), 4)
             except UserError as e:
                 reason = f"engine exited 0 but its CSV is unreadable: {e}"
     elif reason is None:
@@ -323,7 +327,8 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
         "reason": reason if reason is not None or outcome.exit_code == 0
         else f"engine exited {outcome.exit_code}",
         "start": store.iso(t_start), "end": store.iso(t_end), "wall_s": round(outcome.wall_s, 3),
-        "exit_code": outcome.exit_code, "tokens": n_tokens, "peak_mem_mib": outcome.peak_mem_mib,
+        "exit_code": outcome.exit_code, "tokens": n_tokens, "tok_s_all": decode_tok_s,
+        "peak_mem_mib": outcome.peak_mem_mib,
         "oom_killed": outcome.oom_killed, "argv": argv, "model_evicted": evicted,
         "gate": gate.record(), "entry_state": gate.entry,
         "n_state_samples": len(sampler.samples), "sampler_errors": sampler.errors,
