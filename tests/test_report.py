@@ -212,3 +212,19 @@ def test_refuses_a_newer_manifest(tmp_path):
     store.save_manifest(folder, m)
     with pytest.raises(UserError, match="newer than this bmoe-bench understands"):
         load_campaign_data(folder)
+
+
+def test_a_campaign_where_every_run_failed_still_reports(tmp_path):
+    folder = make_folder(tmp_path, TWO, [(0, 0, None), (1, 0, None)], repeats=1)
+    rep = build_report(folder)
+    assert "**No result**: no run finished successfully" in rep.texts["findings.md"]
+    assert rep.texts["findings.md"].count("engine exited 3: boom") >= 2
+
+
+def test_an_incomplete_campaign_says_so(tmp_path):
+    folder = two_cell_folder(tmp_path)
+    m = store.load_manifest(folder)
+    m["runs"][3] = {k: m["runs"][3][k] for k in ("run_id", "round", "cell", "position")} | {"status": "pending"}
+    store.save_manifest(folder, m)
+    md = build_report(folder, with_plots=False).texts["findings.md"]
+    assert "**Incomplete campaign**: 1 of 4 runs have not run yet" in md
