@@ -27,9 +27,9 @@ class RunProgress:
     def __exit__(self, *exc: object) -> None:
         self.p.__exit__(*exc)
 
-    def start_run(self, run_id: str, label: str, rnd: int, repeats: int) -> None:
+    def start_run(self, run_id: str, label: str, rnd: int, repeats: int, cell: int = 0) -> None:
         self.p.update(self.t_tok, completed=0, total=self.tokens,
-                      description=f"{run_id} {label} (round {rnd}/{repeats}) tokens")
+                      description=f"{run_id} cell {cell + 1}/{self.n_cells} {label}, round {rnd}/{repeats}: tokens")
 
     def waiting(self, why: str) -> None:
         self.p.update(self.t_tok, description=f"cooldown: {why}")

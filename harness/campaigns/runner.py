@@ -253,7 +253,7 @@ def _run_all(plan: Plan, m: dict, folder: Path, target: Target, res: Resolved, c
         with prog:
             for r in pending:
                 cell = plan.cells[r["cell"]]
-                prog.start_run(r["run_id"], cell.label, r["round"] + 1, c.repeats)
+                prog.start_run(r["run_id"], cell.label, r["round"] + 1, c.repeats, cell.index)
                 _one_run(plan, m, r, folder, target, res, prog)
                 store.save_manifest(folder, m)
                 prog.end_run(r["run_id"], cell.label, r)
