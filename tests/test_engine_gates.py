@@ -66,6 +66,15 @@ def test_cache_off_matches_resident(models, resident, tmp_path, name):
     assert r.summary["hit_pct"] == -1  # no cache: hit rate is unmeasured, not 0
 
 
+def test_pure_python_callback_front_matches(models, resident, tmp_path):
+    """The C front (cfilter.c) is built by the package build; the pure-Python front is its fallback."""
+    c = _stream(models, tmp_path, "q4_k", "--cache-mb", "1")
+    assert c.preamble["hook_front"] == "c-filter", "the C callback front was not built"
+    py = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", env={"BMOE_HOOK": "python"})
+    assert py.preamble["hook_front"] == "python"
+    assert py.tokens == c.tokens == resident("q4_k")
+
+
 def test_small_cache_with_evictions_matches(models, resident, tmp_path):
     # tiny Q4_K: 3 x 110592 B per expert, T = 4 layers x k=2 -> 0.84 MiB; 1 MiB holds 9 of the 32 experts
     r = _stream(models, tmp_path, "q4_k", "--cache-mb", "1")

@@ -50,7 +50,9 @@ def run(argv: list[str]) -> int:
     if os.environ.get("BMOE_TEST_WRONG_EXPERT"):  # negative control for the byte-identity gate only
         corrupt = tuple(int(x) for x in os.environ["BMOE_TEST_WRONG_EXPERT"].split(","))
     fail_at = os.environ.get("BMOE_TEST_FAIL_AT_LAYER")  # gate: an exception in the callback surfaces
-    sess = Session(cfg, layout, corrupt=corrupt, fail_at_layer=int(fail_at) if fail_at else None)  # type: ignore[arg-type]
+    use_c = os.environ.get("BMOE_HOOK", "c") != "python"  # BMOE_HOOK=python: measure the pure-Python front
+    sess = Session(cfg, layout, corrupt=corrupt, fail_at_layer=int(fail_at) if fail_at else None,  # type: ignore[arg-type]
+                   use_c_filter=use_c)
     csv = trace = None
     try:
         if cfg.moe_stream and sess.cache_plan:

@@ -73,12 +73,39 @@ class HookError(RuntimeError):
     pass
 
 
+class _Filter(ctypes.Structure):
+    _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
+                ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
+                ("prefix_len", ctypes.c_int32), ("prefix", ctypes.c_char * 32), ("asks", ctypes.c_int64),
+                ("forwarded", ctypes.c_int64)]
+
+
+def load_filter(py_cfunc, prefix: bytes):
+    """The compiled C front (cfilter.c), or None when it was not built (then Python answers every ask)."""
+    import glob
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "_cfilter*.so")))
+    if not found:
+        return None
+    lib = ctypes.CDLL(found[0])
+    lib.bmoe_filter_cb.restype = ctypes.c_bool
+    f = _Filter()
+    f.py = ctypes.cast(py_cfunc, ctypes.c_void_p).value
+    f.off_op, f.off_name = OFF_OP, OFF_NAME
+    f.op_mul_mat_id, f.op_view, f.op_top_k = GGML_OP_MUL_MAT_ID, GGML_OP_VIEW, GGML_OP_TOP_K
+    f.prefix_len = len(prefix)
+    f.prefix = prefix
+    return lib, f
+
+
 class StreamHook:
     NOT_EXPERT = None
 
     def __init__(self, layout: ModelLayout, cache: ExpertCache, reader: SliceReader,
                  record_routes: bool = False, corrupt: tuple[int, int, int] | None = None,
-                 fail_at_layer: int | None = None, preload: bool = False):
+                 fail_at_layer: int | None = None, preload: bool = False, use_c_filter: bool = True):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -101,7 +128,16 @@ class StreamHook:
         self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
         from llama_cpp import llama_cpp as L
 
-        self.cfunc = L.ggml_backend_sched_eval_callback(self._callback)
+        self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
+        self.cfunc = self.py_cfunc
+        self.user_data: int | None = None
+        self.front = "python"
+        self._filter = load_filter(self.py_cfunc, self.topk_prefix) if use_c_filter else None
+        if self._filter is not None:
+            lib, struct = self._filter
+            self.cfunc = L.ggml_backend_sched_eval_callback(ctypes.cast(lib.bmoe_filter_cb, ctypes.c_void_p).value)
+            self.user_data = ctypes.addressof(struct)
+            self.front = "c-filter"
 
     # -- the callback -------------------------------------------------------------------------
     def _callback(self, t: int, ask: bool, _ud) -> bool:

@@ -94,7 +94,7 @@ class RunResult:
 
 class Session:
     def __init__(self, cfg: EngineConfig, layout: ModelLayout, corrupt: tuple[int, int, int] | None = None,
-                 fail_at_layer: int | None = None):
+                 fail_at_layer: int | None = None, use_c_filter: bool = True):
         from llama_cpp import llama_cpp as L
 
         self.L = L
@@ -122,7 +122,8 @@ class Session:
             self.cache = ExpertCache(self.cache_plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy)
             self.reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
             self.hook = StreamHook(layout, self.cache, self.reader, record_routes=bool(cfg.route_trace),
-                                   corrupt=corrupt, fail_at_layer=fail_at_layer, preload=cfg.cache_preload)
+                                   corrupt=corrupt, fail_at_layer=fail_at_layer, preload=cfg.cache_preload,
+                                   use_c_filter=use_c_filter)
         self._make_context()
         self.load_s = time.perf_counter() - t0
 
@@ -174,7 +175,7 @@ class Session:
             cp.n_threads_batch = self.cfg.threads
         if self.hook is not None:
             cp.cb_eval = self.hook.cfunc
-            cp.cb_eval_user_data = None
+            cp.cb_eval_user_data = self.hook.user_data
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context: {self.last_log()}")
@@ -264,6 +265,8 @@ class Session:
                       "cache_plan": self.cache_plan.note, "token_cycle_bytes": self.cache_plan.cycle_bytes})
         if self.reader:
             p["odirect_effective"] = int(self.reader.odirect)
+        if self.hook:
+            p["hook_front"] = self.hook.front
         p["read_bytes_source"] = "reader" if self.cfg.moe_stream else "proc_io"
         p["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         p["units"] = "ms, bytes, MiB; -1 = unmeasured"
