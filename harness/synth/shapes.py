@@ -25,9 +25,9 @@ _QWEN3_30B = dict(
 )
 
 SHAPES: dict[str, dict[str, object]] = {
-    # the default test model: small enough to write and run in well under a second
+    # the default test model (7 MB at Q4_K): writes in well under a second
     "tiny": {},
-    # more experts and a wider top-k, still small (~110 MB at Q4_K): cache and eviction tests
+    # more experts and a wider top-k, still small (137 MB, f32 dense): cache and eviction tests
     "small": dict(
         n_layer=8,
         n_expert=32,
@@ -39,7 +39,7 @@ SHAPES: dict[str, dict[str, object]] = {
         head_dim=64,
         n_vocab=512,
     ),
-    # Qwen3-30B-A3B's per-layer shape with 16 of its 48 layers (~5.9 GB): a benchmark that runs at a
+    # Qwen3-30B-A3B's per-layer shape with 16 of its 48 layers (5.8 GB): a benchmark that runs at a
     # few tokens per second on two cores
     "bench": {**_QWEN3_30B, "n_layer": 16},
     "qwen3-30b-a3b": _QWEN3_30B,

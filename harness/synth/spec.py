@@ -119,7 +119,7 @@ def validate(spec: ModelSpec) -> None:
     if spec.arch == "qwen2moe":
         _need(spec.n_ff_shexp >= 1, f"--shared-ff must be at least 1 (got {spec.n_ff_shexp})")
     if spec.arch == "qwen3":
-        _need(spec.n_ff >= 1, f"dense FFN width must be at least 1 (got {spec.n_ff})")
+        _need(spec.n_ff >= 1, f"--dense-ff must be at least 1 (got {spec.n_ff})")
     dblk = BLOCK_ELEMS[spec.dense_type]
     for flag, width in (("--embd", spec.n_embd), ("--heads x --head-dim", spec.n_head * spec.head_dim)):
         _need(
@@ -135,5 +135,5 @@ def validate(spec: ModelSpec) -> None:
     if spec.arch == "qwen3":
         _need(
             spec.n_ff % dblk == 0,
-            f"dense FFN width {spec.n_ff} is not a multiple of {dblk} (dense type {spec.dense_type})",
+            f"--dense-ff {spec.n_ff} is not a multiple of {dblk}, which --dense-type {spec.dense_type} needs",
         )
