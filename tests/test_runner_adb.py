@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
     --csv) csv="$2"; shift 2;;
     --slow) ms=200; shift;;
     --fail) echo "sh-engine: failing on purpose" >&2; exit 3;;
+    --version) echo "sh-engine 1"; exit 0;;
     *) shift;;
   esac
 done
@@ -72,6 +73,7 @@ def test_campaign_over_adb(tmp_path):
     assert (res.n_ok, res.n_failed) == (4, 2)
     m = store.load_manifest(res.folder)
     assert m["target"]["kind"] == "adb" and m["target"]["serial"] == SERIAL
+    assert m["engine"]["version"] == "sh-engine 1"  # asked on the device
     for r in m["runs"]:
         assert r["argv"][0].startswith("/data/local/tmp/")  # the engine was staged on the device
         if r["cell"] == 2:

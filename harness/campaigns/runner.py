@@ -132,7 +132,7 @@ def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
         else:
             exe = str(c.engine.path)
         argv0 = [exe]
-        version = _version_local(argv0) if c.target.kind == "local" else "from the CSV preamble (if any)"
+        version = _version_local(argv0) if c.target.kind == "local" else _version_target(target, argv0)
     return Resolved(engine_argv0=argv0, engine_version=version, model_path=model, model_desc=desc)
 
 
@@ -150,6 +150,20 @@ def _version_local(argv0: list[str]) -> str:
         return f"unknown ({type(e).__name__})"
     out = (p.stdout.strip() or p.stderr.strip()).splitlines()
     return out[0] if p.returncode == 0 and out else f"unknown (--version exited {p.returncode})"
+
+
+def _version_target(target: Target, argv0: list[str]) -> str:
+    """`ENGINE --version` run on the target: its first output line, or why not."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bmoe-version-") as d:
+        log = Path(d) / "version.log"
+        out = target.run([*argv0, "--version"], timeout_s=60, outputs=[], out_dir=Path(d), log_path=log)
+        lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()] \
+            if log.is_file() else []
+    if out.ok and lines:
+        return lines[0]
+    return f"unknown ({out.reason or 'no output'} for --version)"
 
 
 def parse_progress(line: str) -> dict | None:
