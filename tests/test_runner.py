@@ -19,6 +19,7 @@ from harness.campaigns import store
 from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.runner import run_campaign
 from harness.campaigns.schema import Cooldown
+from harness.errors import UserError
 
 FAKE = Path(__file__).parent / "fixtures" / "fake_engine.py"
 BENCH = [sys.executable, "-m", "harness.bench_cli"]
@@ -256,3 +257,17 @@ def test_gate_survives_an_unreadable_device():
     g = wait_for_gate(gone, Cooldown(cpu_temp_max_c=60), sleep=lambda s: None)
     assert not g.gave_up and g.reason == "device state unreadable: ConnectionError: device offline"
     assert g.entry == {} and g.unchecked == ["device state"]
+
+
+def test_resume_refuses_a_different_engine(tmp_path):
+    p = campaign(tmp_path, repeats=1)
+    res = run_campaign(p, root=tmp_path / "bd", console=quiet())
+    m = store.load_manifest(res.folder)
+    m["runs"][1] = {k: m["runs"][1][k] for k in ("run_id", "round", "cell", "position")} | {"status": "pending"}
+    m["status"] = "interrupted"
+    store.save_manifest(res.folder, m)
+    exe = tmp_path / "fake-engine"
+    exe.write_text(exe.read_text().replace('print("fake-engine 1.0")', 'print("fake-engine 2.0")'))
+    with pytest.raises(UserError, match=r"the engine changed since this campaign started \('fake-engine 1.0' -> "
+                                        r"'fake-engine 2.0'\)"):
+        run_campaign(p, root=tmp_path / "bd", console=quiet())

@@ -238,6 +238,10 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
         else:
             m = store.load_manifest(folder)
             res = resolve_inputs(plan, target, console)
+            if res.engine_version != m["engine"]["version"]:
+                raise UserError(f"{folder}: the engine changed since this campaign started "
+                                f"({m['engine']['version']!r} -> {res.engine_version!r}); runs from two engines "
+                                f"do not compare: finish it with the first one, or start over with --fresh")
             gone = store.clear_tmp(folder)
             adopted = store.adopt_orphans(folder, m)
             if retry_failed:
@@ -248,7 +252,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                           f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"
                           f"{', adopted ' + ', '.join(adopted) if adopted else ''})")
         m["status"] = "running"
-        m["sessions"].append({"start": store.iso(now), "end": None})
+        m["sessions"].append({"start": store.iso(now), "end": None, **git_commit(Path.cwd())})
         store.save_manifest(folder, m)
         return _run_all(plan, m, folder, target, res, console)
     finally:
