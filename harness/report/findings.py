@@ -208,6 +208,12 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
                f"run: longer generations, other prompts and other devices may rank the cells differently.")
     out.append("- Every run starts a fresh engine with a cold expert cache: steady-state behaviour of a "
                "long session is not measured.")
+    tgt = m.get("target", {})
+    if tgt.get("kind") == "local" and tgt.get("mem_cap_mib"):
+        out.append(f"- The {tgt['mem_cap_mib']} MiB cgroup cap reproduces a device that holds less than the "
+                   f"model, not that device's flash or cores: the absolute tok/s belong to this machine.")
+    if not (m.get("read_bandwidth") or {}).get("mib_s"):
+        out.append("- No read-bandwidth probe, so how close each cell gets to its I/O limit is not shown.")
     if (m.get("model") or {}).get("recipe"):
         out.append("- The model is synthetic with random router weights: routing is near-uniform, unlike a "
                    "real model's skewed routing, so cache hit rates here say little about real models "
