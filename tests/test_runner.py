@@ -118,7 +118,8 @@ def _finished(folder: Path) -> list[dict]:
     return [r for r in m["runs"] if r["status"] != "pending"]
 
 
-def test_interrupt_and_resume_repeats_nothing_and_loses_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_and_resume_repeats_nothing_and_loses_nothing(tmp_path, sig):
     p = campaign(tmp_path, repeats=3, sleep_ms=60, tokens=6)  # ~0.4 s per run, 6 runs
     root = tmp_path / "bd"
     proc = subprocess.Popen([*BENCH, "run", str(p), "--out", str(root), "--no-report"],
@@ -126,7 +127,7 @@ def test_interrupt_and_resume_repeats_nothing_and_loses_nothing(tmp_path):
     folder = _wait_for(lambda: next(iter(root.glob("*-t")), None) if root.is_dir() else None)
     _wait_for(lambda: len(_finished(folder)) >= 2)
     time.sleep(0.15)  # land inside a run
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     m1 = store.load_manifest(folder)

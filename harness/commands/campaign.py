@@ -55,14 +55,22 @@ def run(
 ) -> None:
     """Run (or resume) a campaign: one engine process per run, raw files under OUT/<date>-<name>/,
     then the report. Exit status 1 if any run failed."""
+    import signal
+
     from harness.campaigns.runner import run_campaign
     from harness.report.build import write_report
 
+    def _term(signum: int, frame: object) -> None:  # SIGTERM stops a campaign as cleanly as Ctrl-C
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, _term)
     try:
         res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: finished runs are kept; run `bmoe-bench run {file}` again to "
                           f"continue") from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
     if not no_report and res.n_ok > 0:
         write_report(res.folder)
         typer.echo(f"report: {res.folder / 'findings.md'}")
