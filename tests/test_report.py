@@ -70,7 +70,7 @@ def csv_text(walls, *, preamble=None, read_mib=10.0, hit=50.0):
     return "\n".join(lines) + "\n"
 
 
-def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1):
+def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, temps=None):
     """cells: list of (label, varied); runs: list of (cell, round, csv text or None for a failure)."""
     folder = tmp_path / "2026-01-02-t"
     (folder / "runs").mkdir(parents=True)
@@ -82,7 +82,7 @@ def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1):
         rec = {"run_id": rid, "round": rnd, "cell": cell, "position": pos,
                "start": f"2026-01-02T00:00:{pos:02d}.000Z", "end": f"2026-01-02T00:00:{pos:02d}.500Z",
                "wall_s": 0.5, "gate": {"waited_s": 0, "gave_up": False, "reason": None, "unchecked": []},
-               "entry_state": {"cpu_temp_c": 40.0, "mem_available_mib": 9000.0,
+               "entry_state": {"cpu_temp_c": temps[pos] if temps else 40.0, "mem_available_mib": 9000.0,
                                "cpufreq": {"policy0": {"scaling_max_khz": 2000, "cpuinfo_max_khz": 2000}}}}
         if text is None:
             rec.update(status="failed", reason="engine exited 3: boom")
@@ -228,3 +228,11 @@ def test_an_incomplete_campaign_says_so(tmp_path):
     store.save_manifest(folder, m)
     md = build_report(folder, with_plots=False).texts["findings.md"]
     assert "**Incomplete campaign**: 1 of 4 runs have not run yet" in md
+
+
+def test_entry_temperature_rise_is_reported_as_throttling(tmp_path):
+    runs = [(c, r, csv_text([100] * 5)) for r in range(2) for c in (0, 1)]
+    folder = make_folder(tmp_path, TWO, runs, temps=[40.0, 44.0, 47.0, 52.5])
+    md = build_report(folder, with_plots=False).texts["findings.md"]
+    assert "throttling: Throttling: the CPU entered runs up to 12.5 C hotter than the first run" in md
+    assert "| 4 | r02-c01 | --fast=on | 2 |" in md and "| 52.5 |" in md
