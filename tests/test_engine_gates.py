@@ -171,3 +171,23 @@ def test_every_cache_policy_matches_resident(models, resident, tmp_path, policy)
 def test_offline_policy_is_refused(models, tmp_path):
     r = bmoe(models["q4_k"], "--moe-stream", "--cache-mb", "1", "--cache-policy", "belady", n=4, tmp=tmp_path)
     assert r.rc == 2 and "--cache-policy" in r.stderr
+
+
+def test_route_replay_drives_routing_identically_in_both_modes(models, tmp_path):
+    """--route-replay forces a recorded routing: the streamed run must still equal the resident run under
+    the same replay, and the experts it routed must be the trace's."""
+    src = tmp_path / "src.route.csv"
+    _stream(models, tmp_path, "q8_0", "--cache-mb", "0", "--route-trace", str(src), env=None)
+    # replay the q8_0 model's trace on the q4_k model (same shape): routing now differs from q4_k's own
+    res = bmoe(models["q4_k"], "--route-replay", str(src), n=N, tmp=tmp_path)
+    assert res.rc == 0, res.stderr
+    assert "meaningless" in res.preamble["output_text"]
+    out = tmp_path / "replayed.route.csv"
+    st = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", "--route-replay", str(src), "--route-trace", str(out))
+    assert st.tokens == res.tokens
+
+    def decode_ids(p):
+        return [(r[2], r[3], r[5]) for r in (ln.split(",") for ln in p.read_text().splitlines()
+                                             if not ln.startswith("#")) if r[1] == "1"]
+
+    assert decode_ids(out) == decode_ids(src)

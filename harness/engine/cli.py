@@ -63,6 +63,9 @@ def run(argv: list[str]) -> int:
                              f"O_DIRECT {'on' if sess.reader and sess.reader.odirect else 'off'}\n")
             if sess.reader and sess.reader.odirect_refused:
                 sys.stderr.write(f"bmoe: {sess.reader.odirect_refused}\n")
+        if cfg.route_replay:
+            sys.stderr.write(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
+                             "text is meaningless; timings and bytes are the point\n")
         if cfg.csv:
             csv = CsvSink(cfg.csv, sess.preamble())
         if cfg.route_trace:

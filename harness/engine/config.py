@@ -40,6 +40,7 @@ class EngineConfig:
     csv: str | None = None
     progress: bool = False
     route_trace: str | None = None
+    route_replay: str | None = None
     list_archs: bool = False
     version: bool = False
     extra: dict[str, str] = field(default_factory=dict)
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--csv", default=None, help="write the per-token bmoe_metrics v2 CSV here")
     a("--progress", action="store_true", help="print BMOE_PROGRESS {json} lines per token on stdout")
     a("--route-trace", default=None, help="write the route_trace v1 file here (with --moe-stream)")
+    a("--route-replay", default=None, metavar="TRACE",
+      help="drive routing with a recorded route_trace v1 (benchmarks: real access pattern on a synthetic "
+      "model of the same shape; the output text is then meaningless)")
     a("--list-archs", action="store_true", help="print the supported MoE architectures and exit")
     a("--version", action="store_true", help="print the version and exit")
     return p
@@ -122,7 +126,7 @@ def parse_cli(argv: list[str]) -> EngineConfig:
         force_cache=ns.force_cache, cache_preload=ns.cache_preload, io_threads=ns.io_threads, odirect=not ns.no_odirect,
         n_expert_used=ns.n_expert_used, cache_policy=ns.cache_policy, chatml=ns.chatml, temp=ns.temp,
         top_k=ns.top_k, top_p=ns.top_p, seed=ns.seed, csv=ns.csv, progress=ns.progress,
-        route_trace=ns.route_trace, list_archs=ns.list_archs, version=ns.version,
+        route_trace=ns.route_trace, route_replay=ns.route_replay, list_archs=ns.list_archs, version=ns.version,
     )
     validate(cfg, argv)
     return cfg

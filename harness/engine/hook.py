@@ -103,9 +103,10 @@ def load_filter(py_cfunc, prefix: bytes):
 class StreamHook:
     NOT_EXPERT = None
 
-    def __init__(self, layout: ModelLayout, cache: ExpertCache, reader: SliceReader,
+    def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: SliceReader | None,
                  record_routes: bool = False, corrupt: tuple[int, int, int] | None = None,
-                 fail_at_layer: int | None = None, preload: bool = False, use_c_filter: bool = True):
+                 fail_at_layer: int | None = None, preload: bool = False, use_c_filter: bool = True,
+                 replay=None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -124,6 +125,9 @@ class StreamHook:
         self.corrupt = corrupt  # test-only negative control: (layer, expert, wrong_expert)
         self.fail_at_layer = fail_at_layer  # test-only: raise inside the callback at this layer's topk
         self.preload = preload  # read every expert of a layer at its first pass (--cache-preload)
+        self.replay = replay  # RouteReplay: overwrite the selected ids with a recorded trace's
+        self.decode_index = -1
+        self._first_moe_layer = min(layout.by_layer)
         self._preloaded: set[int] = set()
         self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
         from llama_cpp import llama_cpp as L
@@ -147,6 +151,8 @@ class StreamHook:
             if ask:
                 op = _c_int.from_address(t + OFF_OP).value
                 if op == GGML_OP_MUL_MAT_ID:
+                    if self.cache is None:
+                        return False  # replay-only run (mmap baseline): experts stay in the file mapping
                     src = _c_vp.from_address(t + OFF_SRC0).value
                     b = self.bound.get(src, 0)
                     if b == 0:
@@ -236,11 +242,21 @@ class StreamHook:
         stride = nb1 // 4
         buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(tt.data)
         flat = np.frombuffer(buf, dtype=np.int32)
-        ids = np.lib.stride_tricks.as_strided(flat, shape=(n_tok, k), strides=(nb1, 4)).copy()
+        view = np.lib.stride_tricks.as_strided(flat, shape=(n_tok, k), strides=(nb1, 4))
         self.k_effective = k
+        if self.phase == 1 and il == self._first_moe_layer:
+            self.decode_index += 1
+        if self.replay is not None:
+            forced = self.replay.ids(il, self.phase, n_tok, self.decode_index)
+            if forced is not None:
+                view[:, :] = forced  # before anything reads them: weights and matmuls follow the trace
+        ids = view.copy()
         n_exp = self.layout.n_expert
         if ids.min() < 0 or ids.max() >= n_exp:
             raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {ids.min()}..{ids.max()}")
+        if self.cache is None:
+            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            return
         flat_ids = ids.reshape(-1).tolist()
         order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
         preloaded: list[int] = []

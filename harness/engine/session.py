@@ -117,13 +117,19 @@ class Session:
             self.cache_plan = plan_cache(cfg, layout, self.k_requested)
         t0 = time.perf_counter()
         self._load_model()
+        replay = None
+        if cfg.route_replay:
+            from harness.engine.route_replay import RouteReplay
+
+            replay = RouteReplay(cfg.route_replay, layout, self.k_requested)
         if cfg.moe_stream:
             assert self.cache_plan is not None
             self.cache = ExpertCache(self.cache_plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy)
             self.reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
+        if cfg.moe_stream or replay is not None:
             self.hook = StreamHook(layout, self.cache, self.reader, record_routes=bool(cfg.route_trace),
                                    corrupt=corrupt, fail_at_layer=fail_at_layer, preload=cfg.cache_preload,
-                                   use_c_filter=use_c_filter)
+                                   use_c_filter=use_c_filter, replay=replay)
         self._make_context()
         self.load_s = time.perf_counter() - t0
 
@@ -267,6 +273,9 @@ class Session:
             p["odirect_effective"] = int(self.reader.odirect)
         if self.hook:
             p["hook_front"] = self.hook.front
+        if self.cfg.route_replay:
+            p["route_replay"] = os.path.abspath(self.cfg.route_replay)
+            p["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
         p["read_bytes_source"] = "reader" if self.cfg.moe_stream else "proc_io"
         p["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         p["units"] = "ms, bytes, MiB; -1 = unmeasured"
@@ -323,7 +332,7 @@ class Session:
                 row["majflt_mib"] = round((majflt - majflt0) * 4096 / MIB, 3)
                 row["cpu_ms"] = (cpu - cpu0) * 1e3
                 majflt0, cpu0 = majflt, cpu
-                if not hook:
+                if self.cache is None:
                     io = sysstats.proc_io_read_bytes()
                     row["read_bytes"] = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED
                     io0 = io
@@ -342,13 +351,14 @@ class Session:
         finally:
             L.llama_sampler_free(smpl)
         res.text = out.decode("utf-8", "replace")
-        if hook and self.cache:
+        if hook:
             res.k_effective = hook.k_effective
+            s.extra["k_effective"] = hook.k_effective
+        if hook and self.cache:
             st = self.cache.stats
             s.hit_pct = st.hit_pct if self.cache.enabled else None
             s.cache_resident_mib = self.cache.resident_bytes / MIB if self.cache.enabled else None
             s.evictions = st.evictions if self.cache.enabled else None
-            s.extra["k_effective"] = hook.k_effective
             s.extra["cache_budget_mib"] = round(self.cache.budget / MIB, 3)
             s.extra["token_cycle_mib"] = round(self.cache_plan.cycle_bytes / MIB, 3) if self.cache_plan else -1
             s.extra["odirect"] = int(self.reader.odirect) if self.reader else 0
@@ -362,7 +372,7 @@ class Session:
         cfg, hook = self.cfg, self.hook
         r: dict[str, object] = {"step": step, "steps": cfg.n_predict, "wall_ms": wall_s * 1e3, "turn": 0,
                                 "loop_overhead_ms": loop_ms, "token_id": tok, "dense_resident_frac": UNMEASURED}
-        if hook:
+        if hook and self.cache is not None:
             c = hook.take_counters()
             stall, mgmt = c.stall_ns / 1e6, c.mgmt_ns / 1e6
             r.update(io_ms=c.io_ns / 1e6, stall_ms=stall, mgmt_ms=mgmt, compute_ms=wall_s * 1e3 - stall - mgmt,
