@@ -161,17 +161,20 @@ def _run_order(data: CampaignData) -> list[str]:
              "MemAvailable MiB | freq ceiling |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     from harness.stats import freq_fraction
 
-    for r in sorted(data.runs, key=lambda r: r.rec["position"]):
+    # in the order they actually ran (a resumed or retried campaign differs from the plan); pending last
+    for i, r in enumerate(sorted(data.runs, key=lambda r: (r.rec.get("start") or "~", r.rec["position"]))):
         rec = r.rec
         e = rec.get("entry_state") or {}
         g = rec.get("gate") or {}
         st = rec.get("status", "pending")
         if st == "failed":
             st = f"failed: {rec.get('reason')}"
+        if rec.get("previous_attempts"):
+            st += f" (attempt {len(rec['previous_attempts']) + 1})"
         wait = _f(g.get("waited_s"), 0) + (" (gave up)" if g.get("gave_up") else "") if g else "n/a"
         fr = freq_fraction(e.get("cpufreq"))
         start = (rec.get("start") or "")[:19].replace("T", " ")
-        lines.append(f"| {rec['position'] + 1} | {rec['run_id']} | {cells[rec['cell']]} | {rec['round'] + 1} | "
+        lines.append(f"| {i + 1} | {rec['run_id']} | {cells[rec['cell']]} | {rec['round'] + 1} | "
                      f"{start or 'n/a'} | {_f(rec.get('wall_s'), 1)} | {st} | {wait} | "
                      f"{_f(e.get('cpu_temp_c'), 1)} | {_f(e.get('mem_available_mib'), 0)} | "
                      f"{'n/a' if fr is None else f'{fr:.0%}'} |")
