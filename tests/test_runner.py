@@ -272,3 +272,12 @@ def test_resume_refuses_a_different_engine(tmp_path):
     with pytest.raises(UserError, match=r"the engine changed since this campaign started \('fake-engine 1.0' -> "
                                         r"'fake-engine 2.0'\)"):
         run_campaign(p, root=tmp_path / "bd", console=quiet())
+
+
+def test_eta_from_finished_runs():
+    from harness.campaigns.progress import eta_text
+
+    assert eta_text([], 5, 0) == "ETA after the first run"
+    assert eta_text([60.0, 120.0], 4, 0) == "ETA 6m00s"  # 4 x 90 s
+    assert eta_text([60.0, 120.0], 4, 30.0) == "ETA 5m30s"  # 30 s into the current one
+    assert eta_text([3600.0], 2, 0) == "ETA 2h00m"

@@ -3,20 +3,38 @@ the current run's tokens from the engine's BMOE_PROGRESS lines."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def eta_text(durations: list[float], remaining: int, current_elapsed: float) -> str:
+    """Remaining time from the mean duration of the runs finished in this session (gate waits included)."""
+    if not durations:
+        return "ETA after the first run"
+    mean = sum(durations) / len(durations)
+    left = max(0.0, mean * remaining - min(current_elapsed, mean))
+    m, s = divmod(int(left + 0.5), 60)
+    h, m = divmod(m, 60)
+    return f"ETA {h}h{m:02d}m" if h else f"ETA {m}m{s:02d}s"
 
 
 class RunProgress:
-    def __init__(self, console: Console, *, total_runs: int, done_runs: int, n_cells: int, tokens: int):
+    def __init__(self, console: Console, *, total_runs: int, done_runs: int, n_cells: int, tokens: int,
+                 clock: Callable[[], float] = time.monotonic):
         self.console = console
+        self.clock = clock
+        self.durations: list[float] = []
+        self.t_start = clock()
         self.tokens = tokens
         self.n_cells = n_cells
         self.total = total_runs
         self.done = done_runs
         self.failed = 0
         self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+                          TimeElapsedColumn(), console=console, transient=False)
         self.t_runs = self.p.add_task(f"runs ({n_cells} cells)", total=total_runs, completed=done_runs)
         self.t_tok = self.p.add_task("tokens", total=tokens, completed=0)
 
@@ -28,6 +46,8 @@ class RunProgress:
         self.p.__exit__(*exc)
 
     def start_run(self, run_id: str, label: str, rnd: int, repeats: int, cell: int = 0) -> None:
+        self.t_start = self.clock()
+        self._runs_desc(current=True)
         self.p.update(self.t_tok, completed=0, total=self.tokens,
                       description=f"{run_id} cell {cell + 1}/{self.n_cells} {label}, round {rnd}/{repeats}: tokens")
 
@@ -57,5 +77,12 @@ class RunProgress:
                                f"{f', {rate:.3g} tok/s (all tokens)' if rate else ''}, {rec.get('wall_s', 0):.1f} s"
                                f"{', gate: ' + rec['gate']['reason'] if rec.get('gate', {}).get('reason') else ''}",
                                highlight=False)
+        self.durations.append(self.clock() - self.t_start)
+        self._runs_desc(current=False)
+
+    def _runs_desc(self, current: bool) -> None:
+        remaining = self.total - self.done
+        eta = eta_text(self.durations, remaining, self.clock() - self.t_start if current else 0.0)
+        failed = f", {self.failed} failed" if self.failed else ""
         self.p.update(self.t_runs, completed=self.done,
-                      description=f"runs ({self.n_cells} cells{f', {self.failed} failed' if self.failed else ''})")
+                      description=f"runs ({self.n_cells} cells{failed}, {eta})")
