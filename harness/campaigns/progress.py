@@ -61,6 +61,7 @@ class RunProgress:
             ms = d.get("wall_ms")
             extra = f" {1000 / ms:.2f} tok/s" if isinstance(ms, int | float) and ms > 0 else ""
             self.p.update(self.t_tok, completed=step, total=steps)
+            self._runs_desc(current=True)
             if extra:
                 desc = self.p.tasks[self.t_tok].description.split(" |")[0]
                 self.p.update(self.t_tok, description=f"{desc} |{extra}")
