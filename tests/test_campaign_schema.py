@@ -161,3 +161,18 @@ def test_bundle_axis_labels_must_be_words(tmp_path):
     p = write(tmp_path, GOOD.replace("  - flag: --cache-mb\n    values: [0, 64]",
                                      "  - name: mode\n    values: {'a b': {--moe-stream: true}}"))
     assert "label 'a b' must be a word" in errors(p)[0]
+
+
+@pytest.mark.parametrize("line,msg", [
+    ("order: zigzag", "order must be one of interleaved, alternating, random, got 'zigzag'"),
+    ("seed: -1", "seed must be >= 0, got -1"),
+    ("cross: maybe", "cross must be a boolean, got a string 'maybe'"),
+    ("timeout_s: 0", "timeout_s must be >= 1, got 0.0"),
+    ("description: [a]", "description must be a string, got a list"),
+    ("cooldown: {max_wait_s: soon}", "cooldown.max_wait_s must be a number, got a string 'soon'"),
+    ("engine: {kind: external}", "engine kind external needs exactly one of path"),
+])
+def test_every_top_level_key_is_checked(tmp_path, line, msg):
+    p = write(tmp_path, GOOD + line + "\n")
+    (err,) = errors(p)
+    assert err.startswith(f"{p}:11: {msg}"), err

@@ -285,17 +285,17 @@ def load_campaign(path: Path | str) -> Campaign:
         probs.add(top["model"], "a model recipe generates a local file: use target local, or give the "
                                 "model's path on the device")
 
+    cross = bool(r.get(top, "cross", "", (bool,), False))
+    order = r.choice(top, "order", "", ORDERS, "alternating")
+    seed = int(r.get(top, "seed", "", (int,), 0, minimum=0))  # type: ignore[arg-type]
+    timeout_s = float(r.get(top, "timeout_s", "", (float,), 1800.0, minimum=1))  # type: ignore[arg-type]
+    description = str(r.get(top, "description", "", (str,), ""))
     probs.raise_if_any()
     return Campaign(
         name=str(name), source=shown, base_dir=str(path.parent), model=model, target=target, engine=engine,
-        flags=flags, axes=tuple(axes), cells=tuple(cells),
-        cross=bool(r.get(top, "cross", "", (bool,), False)),
-        repeats=repeats, tokens=tokens, prompt=str(prompt), warmup_tokens=warmup,
-        order=r.choice(top, "order", "", ORDERS, "alternating"),
-        seed=int(r.get(top, "seed", "", (int,), 0, minimum=0)),  # type: ignore[arg-type]
-        cooldown=cooldown,
-        timeout_s=float(r.get(top, "timeout_s", "", (float,), 1800.0, minimum=1)),  # type: ignore[arg-type]
-        description=str(r.get(top, "description", "", (str,), "")),
+        flags=flags, axes=tuple(axes), cells=tuple(cells), cross=cross,
+        repeats=repeats, tokens=tokens, prompt=str(prompt), warmup_tokens=warmup, order=order, seed=seed,
+        cooldown=cooldown, timeout_s=timeout_s, description=description,
         flags_line=lines.get("flags", 1), lines=lines,
     )
 
