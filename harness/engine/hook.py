@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +73,12 @@ class HookError(RuntimeError):
     pass
 
 
+def _drop_slices(e: int, bounds: tuple[Bound, ...]) -> None:
+    for b in bounds:
+        pos = b.et.abs_offset + e * b.et.nb2
+        b.res.drop(pos, pos + b.et.nb2)
+
+
 class _Filter(ctypes.Structure):
     _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
                 ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
@@ -116,6 +122,9 @@ class StreamHook:
         self.last_addr: dict[int, int] = {}  # layer -> address of its last expert matmul's tensor (down)
         self.pending: dict[int, list[int]] = {}  # layer -> misses not yet read for unbound tensors
         self.inflight: dict[int, list[Future]] = {}
+        self.dropper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bmoe-evict")
+        self.pending_drop: dict[tuple[int, int], Future] = {}
+        self._recent_drops: list[Future] = []
         self.error: BaseException | None = None
         self.counters = TokenCounters()
         self.k_effective: int | None = None
@@ -269,10 +278,16 @@ class StreamHook:
         c = self.counters
         c.lookups += len(order)
         c.hits += len(res.hits)
-        for (vl, ve) in res.evicted:
-            for b in self.layer_bound.get(vl, ()):
-                pos = b.et.abs_offset + ve * b.et.nb2
-                b.res.drop(pos, pos + b.et.nb2)
+        for key in res.evicted:  # dropped off the compute thread; a later re-read of the key waits for it
+            bounds = tuple(self.layer_bound.get(key[0], ()))
+            if bounds:
+                f = self.dropper.submit(_drop_slices, key[1], bounds)
+                self.pending_drop[key] = f
+                self._recent_drops.append(f)
+        for e in res.misses:
+            f = self.pending_drop.pop((il, e), None)
+            if f is not None:
+                f.result()
         if res.misses:
             for b in self.layer_bound.get(il, ()):
                 futs = [self._submit(b, e) for e in res.misses]
@@ -288,7 +303,14 @@ class StreamHook:
 
     def take_counters(self) -> TokenCounters:
         c, self.counters = self.counters, TokenCounters()
+        drops, self._recent_drops = self._recent_drops, []
+        for f in drops:  # an eviction that failed must not pass silently
+            if f.done() and f.exception() is not None:
+                raise HookError(f"evicting expert pages failed: {f.exception()}")
         return c
+
+    def close(self) -> None:
+        self.dropper.shutdown(wait=True)
 
     def raise_if_failed(self) -> None:
         if self.error is not None:

@@ -194,6 +194,8 @@ class Session:
         if getattr(self, "model", None):
             L.llama_model_free(self.model)
             self.model = None
+        if self.hook:
+            self.hook.close()
         if self.reader:
             self.reader.close()
 
