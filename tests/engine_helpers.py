@@ -43,9 +43,9 @@ def read_csv(path: Path) -> tuple[list[int], dict[str, float], dict[str, str]]:
 
 
 def bmoe(model: Path | str, *flags: str, n: int = 24, tmp: Path, env: dict[str, str] | None = None,
-         prompt: str = PROMPT) -> Run:
+         prompt: str = PROMPT, prefix: list[str] | None = None) -> Run:
     csv = tmp / f"run-{len(list(tmp.glob('run-*.csv')))}.csv"
-    argv = BMOE + ["-m", str(model), "-p", prompt, "-n", str(n), "-t", "2", "--csv", str(csv), *flags]
+    argv = (prefix or []) + BMOE + ["-m", str(model), "-p", prompt, "-n", str(n), "-t", "2", "--csv", str(csv), *flags]
     e = dict(os.environ)
     e.update(env or {})
     p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=600)
