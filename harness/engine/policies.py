@@ -245,6 +245,111 @@ class LayerLFU(_Partitioned):
         return top[1] if top else None
 
 
+class Aged(Policy):
+    """Phase-aware, frequency-protected recency (own design, aimed at sequential flooding).
+
+    Layers repeat in a fixed order, so an entry of layer L can next be used only when L comes round
+    again. Age is counted in *opportunities* (runs of the entry's own layer since its last use), not
+    in global lookups, and among equally aged entries the one whose layer comes round last is
+    evicted (global LRU does the opposite: it evicts the layer about to run, hence 0% under T).
+    Frequency buys time: each doubling of an entry's use count (prefill duplicates count: a prompt
+    token's use is a use) is worth `w` opportunities of age. With `decay` < 1 the count is decayed by
+    that factor per missed opportunity (frequency with decay).
+
+    Evicts the entry maximising  age_opps + delta_L / n_layer - w * log2(count), where delta_L is the
+    number of layer steps until L runs again. The per-entry part is time-invariant, so each layer
+    keeps a lazy min-heap of it and caches its head; `victim` re-reads only the heads that changed
+    and compares one number per layer (O(n_layer) float compares + O(log n) heap work).
+    """
+
+    name = "aged"
+
+    def __init__(self, w: float = 2.0, decay: float = 1.0) -> None:
+        if not 0 < decay <= 1:
+            raise ValueError("decay must be in (0, 1]")
+        self.w = w
+        self._log2_decay = math.log2(decay)
+        self._beta = 1.0 - w * self._log2_decay  # age weight once decay is folded in
+        self._n_layer = 0
+        self._opp: list[int] = []  # runs of each layer so far
+        self._cur = 0
+        self._last: dict[Key, int] = {}
+        self._log2c: dict[Key, float] = {}
+        self._heaps: list[_LazyMinHeap] = []
+        self._head: list[tuple[float, Key] | None] = []  # cached unprotected head per layer
+        self._dirty: set[int] = set()
+        self._tie = 0
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        self._n_layer = len(expert_bytes)
+        self._opp = [0] * self._n_layer
+        self._heaps = [_LazyMinHeap() for _ in expert_bytes]
+        self._head = [None] * self._n_layer
+
+    def on_batch(self, layer: int, now: int) -> None:
+        self._cur = layer
+        self._opp[layer] += 1
+
+    def _count_use(self, key: Key) -> None:
+        opp = self._opp[key[0]]
+        last = self._last.get(key)
+        if last is None:
+            c = 1.0
+        else:
+            c = 2.0 ** (self._log2c[key] + (opp - last) * self._log2_decay) + 1.0
+        self._last[key] = opp
+        self._log2c[key] = math.log2(c)
+
+    def _push(self, key: Key) -> None:
+        self._tie += 1
+        k = self._beta * self._last[key] + self.w * self._log2c[key]
+        self._heaps[key[0]].set(key, k, self._tie)
+        self._dirty.add(key[0])
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._count_use(key)
+        self._push(key)
+
+    on_insert = on_hit
+
+    def on_promote(self, key: Key, now: int) -> None:
+        self._log2c[key] = math.log2(2.0 ** self._log2c[key] + 1.0)
+        self._push(key)
+
+    def on_evict(self, key: Key) -> None:
+        self._heaps[key[0]].discard(key)
+        self._dirty.add(key[0])
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        n, cur, head = self._n_layer, self._cur, self._head
+        if self._dirty:
+            none: set[Key] = set()
+            for layer in self._dirty:
+                head[layer] = self._heaps[layer].peek(none)
+            self._dirty.clear()
+        best: Key | None = None
+        best_s = -math.inf
+        beta, opp = self._beta, self._opp
+        for layer, top in enumerate(head):
+            if layer == cur:  # the batch's own layer: its protected entries are skipped, not cached
+                top = self._heaps[layer].peek(protected)
+            if top is None:
+                continue
+            s = beta * opp[layer] + ((layer - cur) % n or n) / n - top[0]
+            if s > best_s:
+                best_s, best = s, top[1]
+        return best
+
+
+class AgedDecay(Aged):
+    """`aged` with frequency decay: counts fade by half every ~7 missed opportunities."""
+
+    name = "aged-decay"
+
+    def __init__(self) -> None:
+        super().__init__(w=2.0, decay=0.9)
+
+
 class Belady(Policy):
     """Belady's MIN, the offline optimum: evict the resident entry whose next use is farthest in the
     future (never used again first). Needs the whole lookup sequence up front (`prepare_offline`), so
@@ -313,6 +418,8 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "lfu": LFU,
     "layer": LayerLRU,
     "layer-lfu": LayerLFU,
+    "aged": Aged,
+    "aged-decay": AgedDecay,
     "belady": Belady,
 }
 
