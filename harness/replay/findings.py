@@ -1,0 +1,152 @@
+"""Write findings.md for a replay report from the grid's results (pure: returns the text)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from harness.engine.policies import is_offline
+from harness.replay.report import KEY_BUDGETS_MIB, Comparison, compare
+from harness.replay.simulate import MIB, ReplayResult
+from harness.replay.trace import RouteTrace
+from harness.replay.validate import Agreement, EngineLog
+
+
+def _worst_vs_lru(cs: Sequence[Comparison]) -> Comparison:
+    return min(cs, key=lambda c: c.policy - c.lru)
+
+
+def rank_online(results: Sequence[ReplayResult], goal_trace: str) -> list[tuple[str, bool, float]]:
+    """Online policies as (name, never loses to LRU on any trace/budget, mean gap closed on the goal
+    trace at the key budgets), best first: the ones that never lose, then by gap closed."""
+    out = []
+    for pol in dict.fromkeys(r.policy for r in results):
+        if pol in ("lru",) or is_offline(pol):
+            continue
+        cs = compare(results, pol)
+        never = all(c.policy >= c.lru - 1e-9 for c in cs)
+        key = [c.gap_closed for c in cs if c.trace == goal_trace and c.budget_mib in KEY_BUDGETS_MIB]
+        key = [g for g in key if not math.isnan(g)]
+        out.append((pol, never, sum(key) / len(key) if key else float("nan")))
+    return sorted(out, key=lambda x: (not x[1], -x[2] if not math.isnan(x[2]) else math.inf))
+
+
+def findings_md(
+    traces: Sequence[RouteTrace],
+    results: Sequence[ReplayResult],
+    checks: dict[str, tuple[EngineLog | None, Agreement | None]],
+    command: str,
+    figures: dict[str, str],
+    csv_name: str,
+    goal_trace: str = "qwen",
+) -> str:
+    ranked = rank_online(results, goal_trace)
+    best, best_never, _ = ranked[0]
+    cs = compare(results, best)
+    key = [c for c in cs if c.trace == goal_trace and c.budget_mib in KEY_BUDGETS_MIB]
+    goal_met = bool(key) and all(c.gap_closed >= 0.5 for c in key) and best_never
+    L: list[str] = []
+    L.append("# Expert-cache replay on real routing traces: LRU, Belady and online policies\n")
+    L.append("## Verdict\n")
+    key_txt = "; ".join(
+        f"{c.budget_mib:g} MiB: LRU {c.lru:.1f}% -> {best} {c.policy:.1f}% (Belady {c.belady:.1f}%, "
+        f"{100 * c.gap_closed:.0f}% of the gap)" for c in key
+    )
+    L.append(
+        f"Best online policy: **{best}**. On {goal_trace} it closes "
+        f"{', '.join(f'{100 * c.gap_closed:.0f}%' for c in key)} of the LRU->Belady gap at "
+        f"{', '.join(f'{c.budget_mib:g}' for c in key)} MiB ({key_txt}). "
+    )
+    for t in traces:
+        tc = [c for c in cs if c.trace == t.name]
+        w = _worst_vs_lru(tc)
+        below = [c for c in tc if c.budget_mib * MIB < t.cycle_bytes]
+        below_txt = (
+            f" Under T ({t.cycle_bytes / MIB:.0f} MiB) LRU hits {max(c.lru for c in below):.1f}% at best, "
+            f"{best} {min(c.policy for c in below):.1f}-{max(c.policy for c in below):.1f}%."
+            if below else ""
+        )
+        L.append(
+            f"On {t.name} over {len(tc)} budgets from {tc[0].budget_mib:g} to {tc[-1].budget_mib:g} MiB its "
+            f"smallest margin over LRU is {w.policy - w.lru:+.2f} points (at {w.budget_mib:g} MiB).{below_txt} "
+        )
+    if goal_met:
+        L.append(f"\n\nGoal of issue 4 **met**: >= half the gap at {', '.join(str(b) for b in KEY_BUDGETS_MIB)} "
+                 f"MiB on {goal_trace} and never below LRU on either trace.\n")
+    else:
+        L.append(
+            f"\n\nGoal of issue 4 (>= half the gap at {', '.join(str(b) for b in KEY_BUDGETS_MIB)} MiB on "
+            f"{goal_trace}, never below LRU) **not met**"
+            + (" (it never loses to LRU, but closes less than half the gap)." if best_never else ".")
+            + " The C++ study's \"no online policy recovers more than ~5 points\" does not hold under "
+            "T, where LRU's 0% is an artefact of evicting the layer about to run; above T the gain is "
+            "real but a fraction of Belady's.\n"
+        )
+    L.append("\nOnline policies ranked (never below LRU on every trace and budget, then mean share of the "
+             f"gap closed on {goal_trace} at the key budgets):\n")
+    for pol, never, g in ranked:
+        L.append(f"- `{pol}`: never below LRU: {'yes' if never else 'no'}; mean gap closed {100 * g:.0f}%")
+    L.append("")
+
+    L.append("## Validation: LRU replay against the engine's own record\n")
+    L.append("| trace | engine budget | engine log hit % | trace residency hit % | LRU replay hit % | "
+             "lookups agreeing |")
+    L.append("|---|---|---|---|---|---|")
+    for name, (log, agr) in checks.items():
+        if agr is None or log is None:
+            L.append(f"| {name} | ? | no .log found | | | |")
+            continue
+        L.append(f"| {name} | {log.budget_mib} MiB | {log.hit_pct:.1f} | {agr.recorded_hit_pct:.2f} | "
+                 f"{agr.replay_hit_pct:.2f} | {agr.same}/{agr.lookups} |")
+    L.append("")
+
+    L.append("## Curves\n")
+    for name, fig in figures.items():
+        L.append(f"![{name}]({fig})\n")
+    L.append("T (red) is one token cycle, sum over layers of k x expert bytes; grey is the trace's working "
+             "set (every distinct expert it touches): above it nothing is evicted. Belady dashed.\n")
+
+    L.append("## Table at the budgets that matter\n")
+    for t in traces:
+        shown = sorted({500, 1000, round(t.cycle_bytes / MIB), *KEY_BUDGETS_MIB, 6000})
+        rs = {(r.policy, round(r.budget_mib)): r for r in results if r.trace == t.name}
+        pols = list(dict.fromkeys(r.policy for r in results if r.trace == t.name))
+        shown = [b for b in shown if any((p, b) in rs for p in pols)]
+        L.append(f"**{t.name}** ({t.arch}, T = {t.cycle_bytes / MIB:.0f} MiB, working set "
+                 f"{t.working_set_bytes / MIB:.0f} MiB): hit % / decode MiB per token\n")
+        L.append("| policy | " + " | ".join(f"{b} MiB" for b in shown) + " |")
+        L.append("|---|" + "---|" * len(shown))
+        for p in pols:
+            cells = [f"{rs[(p, b)].hit_pct:.1f} / {rs[(p, b)].mib_per_token:.0f}" if (p, b) in rs else ""
+                     for b in shown]
+            L.append(f"| {p}{' (offline)' if is_offline(p) else ''} | " + " | ".join(cells) + " |")
+        L.append("")
+
+    L.append("## How it was measured\n")
+    L.append(
+        "The replay drives the engine's own `ExpertCache` (harness/engine/cache.py) with the engine's "
+        "own policy objects (harness/engine/policies.py): one lookup per unique expert per layer batch, a "
+        "duplicate only promotes, a miss costs its layer's expert bytes, eviction after the batch never "
+        "evicts the batch. Prefill rows are grouped into one batch per layer (every prompt token's experts "
+        "in routing order), decode rows into one batch per (token, layer). Hit % is cumulative over "
+        "prefill and decode lookups, as the engine prints it; MiB/token is decode expert bytes read per "
+        "decode token (the engine's `moe-stream` figure less its O_DIRECT page padding). Belady is "
+        "farthest-next-use, given the whole lookup sequence (offline only); sizes differ between "
+        "layers on qwen (2.65 vs 3.06 MB), where farthest-next-use is the standard rule, not a proven "
+        "optimum.\n"
+    )
+    L.append("## What this does not show\n")
+    L.append(
+        "- Hits and bytes, not tokens per second: no I/O queueing, no overlap with compute, no policy "
+        "CPU cost (the layer-aware policies look at one number per layer on each eviction).\n"
+        "- Two traces, one prompt each (qwen 28+128 tokens, gpt-oss 85+64), recorded on one phone; "
+        "the policies' constants (w = 2, decay 0.9) were chosen by looking at these same traces, so the "
+        "margins are in-sample. Longer generations and other prompts may rank policies differently.\n"
+        "- No prefetching: Belady here is the best *demand* cache; a predictor that reads ahead can do "
+        "better than this bound on stalls, not on bytes.\n"
+        "- Cold start: each replay starts empty, like one engine process per run.\n"
+    )
+    L.append("## Reproduce\n")
+    L.append(f"```\n{command}\n```\n")
+    L.append(f"Raw results: `{csv_name}` (columns trace,policy,budget_mib,hit_pct,mib_per_token).\n")
+    return "\n".join(L)
