@@ -16,7 +16,6 @@ COMMAND_MODULES: list[str] = [
     "make_model",
     "devices",
     "campaign",
-    "replay",
 ]
 
 app = typer.Typer(
