@@ -16,6 +16,7 @@ COMMAND_MODULES: list[str] = [
     "make_model",
     "devices",
     "campaign",
+    "replay",
 ]
 
 app = typer.Typer(
