@@ -29,8 +29,6 @@ def _f(x: float | None, nd: int = 2, unit: str = "") -> str:
 def _iv(iv, nd: int = 2, suffix: str = "") -> str:
     if iv is None:
         return "n/a"
-    if abs(iv.low) < 0.1:  # keep two significant digits for slow cells (e.g. an mmap baseline under a cap)
-        nd = max(nd, 3)
     return f"{iv.point:.{nd}f}{suffix} [{iv.low:.{nd}f}, {iv.high:.{nd}f}]"
 
 
