@@ -51,7 +51,7 @@ def error_line(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)  # typer.Exit(n) and Ctrl-C come back as the return value
     except UserError as e:
         error_line(str(e))
         return e.exit_code
@@ -60,17 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except typer.Exit as e:
         return e.exit_code
-    except Exception as e:  # click usage errors come through here in non-standalone mode
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
+    except Exception as e:  # click's usage errors (typer may bundle its own click: match by shape)
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             error_line(e.format_message().replace("\n", " "))
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
+            return int(e.exit_code) or 2
+        if type(e).__name__ == "Abort":
             error_line("aborted")
             return 130
         raise
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":
