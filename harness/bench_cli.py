@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except Exception as e:  # click's usage errors (typer may bundle its own click: match by shape)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
-            error_line(e.format_message().replace("\n", " "))
+            error_line(e.format_message().replace("\n", " ") + " (see bmoe-bench --help)")
             return int(e.exit_code) or 2
         if type(e).__name__ == "Abort":
             error_line("aborted")

@@ -96,9 +96,12 @@ def plot_curves(results: Sequence[ReplayResult], traces: Sequence[RouteTrace], p
             style = "k--" if is_offline(pol) else "-"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=".", ms=3, lw=1.2, label=pol)
         ax.axvline(t.cycle_bytes / MIB, color="red", lw=0.8, ls=":")
-        ax.text(t.cycle_bytes / MIB, 1, f" T={t.cycle_bytes / MIB:.0f} MiB", color="red", fontsize=8)
+        xt = ax.get_xaxis_transform()  # x in data, y in axes fraction
+        ax.text(t.cycle_bytes / MIB, 0.02, f" T={t.cycle_bytes / MIB:.0f} MiB", color="red", fontsize=8,
+                transform=xt)
         ax.axvline(t.working_set_bytes / MIB, color="grey", lw=0.8, ls=":")
-        ax.text(t.working_set_bytes / MIB, 1, " working set", color="grey", fontsize=8, ha="right")
+        ax.text(t.working_set_bytes / MIB, 0.02, "working set ", color="grey", fontsize=8, ha="right",
+                transform=xt)
         ax.set_xscale("log")
         ax.set_xlabel("cache budget (MiB, log scale)")
         ax.set_ylabel("hit % (prefill + decode lookups)")
