@@ -18,6 +18,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 Key = tuple[int, int]  # (layer, expert)
 
 
@@ -342,12 +344,123 @@ class Aged(Policy):
 
 
 class AgedDecay(Aged):
-    """`aged` with frequency decay: counts fade by half every ~7 missed opportunities."""
+    """`aged` with frequency decay: counts fade by half every ~14 missed opportunities."""
 
     name = "aged-decay"
 
     def __init__(self) -> None:
-        super().__init__(w=2.0, decay=0.9)
+        super().__init__(w=3.0, decay=0.95)
+
+
+class AgedMarkov(Aged):
+    """`aged` plus an online next-token predictor per layer (own design).
+
+    Consecutive tokens route alike, and not only to the same experts: per layer it learns how often
+    expert b is used at the next token when a was used now (transition counts, decode batches only).
+    Right after layer L's batch, the experts of L's next run are predicted as the mean over the
+    batch's experts a of P(b | a), smoothed toward b's marginal rate q(b) with `m` pseudo-counts; each
+    resident entry of L then gets z * log2(P / q) opportunities of extra (or less) life. Cost: one
+    numpy pass over L's experts and a re-push of L's resident entries per layer batch.
+    """
+
+    name = "aged-markov"
+
+    def __init__(self, w: float = 2.0, decay: float = 1.0, z: float = 3.0, m: float = 4.0) -> None:
+        super().__init__(w, decay)
+        self.z, self.m = z, m
+        self._bonus: dict[Key, float] = {}
+        self._open = -1  # layer whose batch is being looked up (closed at victim or next on_batch)
+        self._batch: list[int] = []
+        self._batch_occ: dict[int, int] = {}  # occurrences in this batch (prefill: one per prompt token)
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        super().bind(budget_bytes, expert_bytes)
+        n = len(expert_bytes)
+        self._tr = [np.zeros((0, 0)) for _ in range(n)]  # transition counts a -> b, grown on demand
+        self._src = [np.zeros(0) for _ in range(n)]  # times a was followed by a decode batch
+        self._occ = [np.zeros(0) for _ in range(n)]  # uses of each expert (prefill tokens included)
+        self._tokens = [0.0] * n
+        self._prev: list[list[int] | None] = [None] * n
+        self._res: list[set[Key]] = [set() for _ in range(n)]
+
+    def _grow(self, layer: int, e: int) -> None:
+        size = self._src[layer].shape[0]
+        if e < size:
+            return
+        new = max(e + 1, 2 * size, 8)
+        self._tr[layer] = np.pad(self._tr[layer], ((0, new - size), (0, new - size)))
+        self._src[layer] = np.pad(self._src[layer], (0, new - size))
+        self._occ[layer] = np.pad(self._occ[layer], (0, new - size))
+
+    def _close(self) -> None:
+        layer, batch = self._open, self._batch
+        self._open, self._batch = -1, []
+        if layer < 0 or not batch:
+            return
+        occ = self._occ[layer]
+        for e, c in self._batch_occ.items():
+            occ[e] += c
+        if max(self._batch_occ.values()) > 1:  # a prefill batch: a union of tokens, no transitions
+            self._tokens[layer] += max(self._batch_occ.values())
+            self._prev[layer] = None
+        else:
+            self._tokens[layer] += 1
+            prev = self._prev[layer]
+            if prev is not None:
+                for a in prev:
+                    self._tr[layer][a, batch] += 1
+                self._src[layer][prev] += 1
+            self._prev[layer] = batch
+        self._batch_occ = {}
+        prev = self._prev[layer]
+        if prev is None:
+            lr = np.zeros(occ.shape[0])
+        else:
+            q = (occ + 0.5) / (self._tokens[layer] + 0.5 * occ.shape[0] / len(batch))
+            p = ((self._tr[layer][prev] + self.m * q) / (self._src[layer][prev][:, None] + self.m)).mean(0)
+            lr = np.log2(p / q)
+        for key in self._res[layer]:
+            self._bonus[key] = self.z * float(lr[key[1]])
+            self._push(key)
+
+    def _push(self, key: Key) -> None:
+        self._tie += 1
+        k = self._beta * self._last[key] + self.w * self._log2c[key] + self._bonus.get(key, 0.0)
+        self._heaps[key[0]].set(key, k, self._tie)
+        self._dirty.add(key[0])
+
+    def on_batch(self, layer: int, now: int) -> None:
+        self._close()
+        super().on_batch(layer, now)
+        self._open = layer
+
+    def _seen(self, key: Key) -> None:
+        self._grow(*key)
+        self._batch.append(key[1])
+        self._batch_occ[key[1]] = 1
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._seen(key)
+        super().on_hit(key, now)
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._res[key[0]].add(key)
+        self._seen(key)
+        super().on_hit(key, now)
+
+    def on_promote(self, key: Key, now: int) -> None:
+        self._batch_occ[key[1]] = self._batch_occ.get(key[1], 1) + 1
+        super().on_promote(key, now)
+
+    def on_evict(self, key: Key) -> None:
+        self._res[key[0]].discard(key)
+        self._bonus.pop(key, None)
+        super().on_evict(key)
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        if self._open >= 0:
+            self._close()
+        return super().victim(protected)
 
 
 class Belady(Policy):
@@ -420,6 +533,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "layer-lfu": LayerLFU,
     "aged": Aged,
     "aged-decay": AgedDecay,
+    "aged-markov": AgedMarkov,
     "belady": Belady,
 }
 

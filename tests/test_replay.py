@@ -1,0 +1,165 @@
+"""Trace reading, replay against the engine's record on the shared real traces, and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.bench_cli import main
+from harness.engine.policies import online_policies
+from harness.errors import UserError
+from harness.replay.report import fine_grid
+from harness.replay.simulate import MIB, replay
+from harness.replay.trace import TraceFormatError, load_trace, parse_trace
+from harness.replay.validate import lru_agreement, read_engine_log
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "route-traces"
+needs_traces = pytest.mark.skipif(not (TRACES / "qwen.route.csv").is_file(), reason="../shared traces absent")
+
+SMALL = """# route_trace v1
+# model=x.gguf arch=qwen3moe n_layer=2 n_expert=8 n_expert_used=2
+# layer=0 expert_bytes=100 dense_bytes=5
+# layer=1 expert_bytes=200 dense_bytes=5
+turn,phase,step,layer,slot,expert,weight,residency,expert_bytes
+0,0,0,0,0,3,0.6,0,100
+0,0,0,0,1,1,0.4,0,100
+0,0,1,0,0,1,0.5,0,0
+0,0,1,0,1,5,0.5,0,100
+0,0,1,1,0,2,0.5,0,200
+0,0,1,1,1,7,0.5,0,200
+0,1,2,0,0,1,0.5,1,0
+0,1,2,0,1,4,0.5,0,100
+0,1,2,1,0,7,0.5,1,0
+0,1,2,1,1,6,0.5,0,200
+0,1,3,0,0,4,0.5,1,0
+0,1,3,0,1,3,0.5,1,0
+0,1,3,1,0,6,0.5,1,0
+0,1,3,1,1,2,0.5,1,0
+"""
+
+
+def test_parse_groups_prefill_by_layer_and_decode_by_token() -> None:
+    t = parse_trace(SMALL.splitlines(), "small")
+    assert (t.n_layer, t.n_expert, t.k, t.expert_bytes) == (2, 8, 2, [100, 200])
+    assert (t.prefill_tokens, t.decode_tokens) == (2, 2)
+    assert [(b.layer, b.experts, b.token) for b in t.batches] == [
+        (0, (3, 1, 1, 5), -1),  # prefill: every prompt token's experts, duplicates kept
+        (1, (2, 7), -1),
+        (0, (1, 4), 0),
+        (1, (7, 6), 0),
+        (0, (4, 3), 1),
+        (1, (6, 2), 1),
+    ]
+    assert t.batches[0].unique == (3, 1, 5)
+    assert t.cycle_bytes == 2 * (100 + 200)
+    assert t.lookups == 3 + 2 + 2 + 2 + 2 + 2
+    r = replay(t, "lru", 10_000)  # nothing evicted: hits are the re-uses
+    assert (r.hits, r.lookups) == (6, 13)
+    assert r.mib_per_token == pytest.approx((100 + 200) / MIB / 2)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda s: s.replace("route_trace v1", "route_trace v2"), "not supported"),
+        (lambda s: s.replace("# layer=1 expert_bytes=200 dense_bytes=5\n", ""), "for each of 2 layers"),
+        (lambda s: s.replace("0,1,3,1,1,2,0.5,1,0", "0,1,3,1,1,9,0.5,1,0"), "outside the header"),
+        (lambda s: s.replace("0,1,3,1,1,2,0.5,1,0", "0,1,3,x"), "numeric fields"),
+        (lambda s: s.replace("turn,phase", "phase,turn"), "column header"),
+    ],
+)
+def test_parse_refuses_malformed(mutate, message: str) -> None:
+    with pytest.raises(TraceFormatError, match=message):
+        parse_trace(mutate(SMALL).splitlines())
+
+
+def test_load_trace_turns_problems_into_one_line_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="cannot read"):
+        load_trace(tmp_path / "missing.route.csv")
+    bad = tmp_path / "bad.route.csv"
+    bad.write_text("hello\n")
+    with pytest.raises(UserError) as e:
+        load_trace(bad)
+    assert "\n" not in str(e.value) and str(bad) in str(e.value)
+
+
+@needs_traces
+@pytest.mark.parametrize("name", ["qwen", "gptoss"])
+def test_lru_replay_reproduces_the_engine_record(name: str) -> None:
+    path = TRACES / f"{name}.route.csv"
+    log = read_engine_log(path)
+    assert log is not None and log.budget_mib in (3000, 4000)
+    agr = lru_agreement(load_trace(path), log.budget_mib)
+    assert abs(agr.replay_hit_pct - log.hit_pct) <= 0.1  # the engine's printed moe-cache line
+    assert agr.same == agr.lookups  # and lookup by lookup against the trace's residency column
+
+
+@needs_traces
+@pytest.mark.parametrize("budget_mib", [500, 2000, 4000])
+def test_belady_bounds_every_online_policy_on_real_traces(budget_mib: int) -> None:
+    for name in ("qwen", "gptoss"):
+        t = load_trace(TRACES / f"{name}.route.csv")
+        best = replay(t, "belady", budget_mib * MIB).hits
+        for pol in online_policies():
+            assert replay(t, pol, budget_mib * MIB).hits <= best, (name, pol)
+
+
+@needs_traces
+def test_fine_grid_spans_under_t_to_past_the_working_set() -> None:
+    t = load_trace(TRACES / "gptoss.route.csv")
+    g = fine_grid(t, 12)
+    assert g[0] * MIB < t.cycle_bytes and g[-1] * MIB > t.working_set_bytes
+    assert {2000, 3000, 4000} <= set(g)
+
+
+@needs_traces
+def test_cli_csv_columns(capsys) -> None:
+    rc = main(["replay", str(TRACES / "gptoss.route.csv"), "--budgets", "500,3000",
+               "--policies", "lru,belady", "--format", "csv"])
+    assert rc == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "trace,policy,budget_mib,hit_pct,mib_per_token"
+    rows = [ln.split(",") for ln in lines[1:]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("gptoss", "lru", "500"), ("gptoss", "belady", "500"), ("gptoss", "lru", "3000"), ("gptoss", "belady", "3000")
+    ]
+    assert float(rows[0][3]) == 0.0  # LRU under T: sequential flooding
+    assert abs(float(rows[2][3]) - 32.4) <= 0.1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policies", "lru,mru"], "unknown policy mru"),
+        (["--budgets", "five"], "--budgets"),
+        (["--format", "json"], "--format"),
+    ],
+)
+def test_cli_user_errors_are_one_line(tmp_path: Path, capsys, args: list[str], message: str) -> None:
+    trace = tmp_path / "small.route.csv"
+    trace.write_text(SMALL)
+    rc = main(["replay", str(trace), *args])
+    err = capsys.readouterr().err
+    assert rc != 0 and message in err and err.count("\n") == 1
+
+
+def test_cli_bad_trace_is_one_line(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "x.route.csv"
+    bad.write_text("not a trace\n")
+    assert main(["replay", str(bad)]) != 0
+    err = capsys.readouterr().err
+    assert "route_trace v1" in err and err.count("\n") == 1
+
+
+def test_report_command_writes_findings_csv_and_plots(tmp_path: Path) -> None:
+    trace = tmp_path / "small.route.csv"
+    trace.write_text(SMALL)
+    out = tmp_path / "rep"
+    rc = main(["replay-report", str(trace), "--out", str(out), "--policies", "lru,aged,belady",
+               "--steps", "3", "--goal-trace", "small"])
+    assert rc == 0
+    md = (out / "findings.md").read_text()
+    assert md.splitlines()[2] == "## Verdict" and "bmoe-bench replay-report" in md
+    assert (out / "replay.csv").read_text().startswith("trace,policy,budget_mib,hit_pct,mib_per_token\n")
+    assert (out / "curves-small.png").stat().st_size > 1000
