@@ -537,7 +537,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "belady": Belady,
 }
 
-ONLINE_DEFAULT = "lru"
+ONLINE_DEFAULT = "aged-markov"  # wins on both shared traces at every budget (bench-data/2026-11-30-cache-replay)
 
 
 def is_offline(name: str) -> bool:
