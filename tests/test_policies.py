@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from harness.engine.policies import POLICIES, Belady, make_policy, online_polici
 from harness.replay.simulate import build_policy, replay
 from harness.replay.trace import Batch, RouteTrace
 
+_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "route-traces" / "gptoss.route.csv"
 EB = [100, 100, 120, 80]  # per-layer expert bytes, deliberately unequal
 
 
@@ -128,3 +130,26 @@ def test_layer_partition_keeps_each_layer_near_its_share() -> None:
     per_layer = [sum(EB[layer] for layer, _ in cache.resident if layer == i) for i in range(len(EB))]
     for i, (have, quota) in enumerate(zip(per_layer, share, strict=True)):
         assert have <= quota + 3 * EB[i], (i, have, quota)  # at most one batch (k = 3) over
+
+
+def test_aged_markov_learns_alternating_routing() -> None:
+    # each layer alternates between experts {0, 1} and {2, 3}; room for 12 entries (3 per layer):
+    # recency keeps the pair just used (wrong every time), the transition predictor keeps the other
+    t = RouteTrace("alt", "", "test", 4, 8, 2, [100] * 4)
+    for tok in range(80):
+        for layer in range(4):
+            ex = (0, 1) if tok % 2 == 0 else (2, 3)
+            t.batches.append(Batch(layer, ex, tok, ex, (0, 0)))
+    t.decode_tokens = 80
+    aged = replay(t, "aged", 1200).hits
+    markov = replay(t, "aged-markov", 1200).hits
+    assert markov > aged + 100
+    assert markov <= replay(t, "belady", 1200).hits
+
+
+@pytest.mark.skipif(not _TRACES.is_file(), reason="../shared traces absent")
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_invariants_on_a_real_trace(name: str) -> None:
+    from harness.replay.trace import load_trace
+
+    run_checked(load_trace(_TRACES), name, 1500 * 1048576)
