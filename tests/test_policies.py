@@ -153,3 +153,15 @@ def test_invariants_on_a_real_trace(name: str) -> None:
     from harness.replay.trace import load_trace
 
     run_checked(load_trace(_TRACES), name, 1500 * 1048576)
+
+
+@pytest.mark.parametrize("name", online_policies())
+def test_preload_then_batches_keep_invariants(name: str) -> None:
+    # ExpertCache.preload inserts outside any batch (the engine's --cache-preload)
+    trace = synthetic_trace(seed=11)
+    cache = ExpertCache(900, trace.expert_bytes, name)
+    assert cache.preload(3, [15, 14, 13]) == [15, 14, 13]
+    for b in trace.batches:
+        res = cache.lookup_batch(b.layer, b.experts)
+        assert not {(b.layer, e) for e in b.unique} & set(res.evicted)
+        assert cache.resident_bytes <= 900 or cache.resident <= {(b.layer, e) for e in b.unique}

@@ -376,9 +376,10 @@ class AgedMarkov(Aged):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         super().bind(budget_bytes, expert_bytes)
         n = len(expert_bytes)
-        self._tr = [np.zeros((0, 0)) for _ in range(n)]  # transition counts a -> b, grown on demand
-        self._src = [np.zeros(0) for _ in range(n)]  # times a was followed by a decode batch
-        self._occ = [np.zeros(0) for _ in range(n)]  # uses of each expert (prefill tokens included)
+        f32 = np.float32  # counts: exact up to 2**24
+        self._tr = [np.zeros((0, 0), f32) for _ in range(n)]  # transition counts a -> b, grown on demand
+        self._src = [np.zeros(0, f32) for _ in range(n)]  # times a was followed by a decode batch
+        self._occ = [np.zeros(0, f32) for _ in range(n)]  # uses of each expert (prefill tokens included)
         self._tokens = [0.0] * n
         self._prev: list[list[int] | None] = [None] * n
         self._res: list[set[Key]] = [set() for _ in range(n)]
@@ -393,15 +394,15 @@ class AgedMarkov(Aged):
         self._occ[layer] = np.pad(self._occ[layer], (0, new - size))
 
     def _close(self) -> None:
-        layer, batch = self._open, self._batch
-        self._open, self._batch = -1, []
+        layer, batch, batch_occ = self._open, self._batch, self._batch_occ
+        self._open, self._batch, self._batch_occ = -1, [], {}
         if layer < 0 or not batch:
             return
         occ = self._occ[layer]
-        for e, c in self._batch_occ.items():
+        for e, c in batch_occ.items():
             occ[e] += c
-        if max(self._batch_occ.values()) > 1:  # a prefill batch: a union of tokens, no transitions
-            self._tokens[layer] += max(self._batch_occ.values())
+        if max(batch_occ.values()) > 1:  # a prefill batch: a union of tokens, no transitions
+            self._tokens[layer] += max(batch_occ.values())
             self._prev[layer] = None
         else:
             self._tokens[layer] += 1
@@ -411,7 +412,6 @@ class AgedMarkov(Aged):
                     self._tr[layer][a, batch] += 1
                 self._src[layer][prev] += 1
             self._prev[layer] = batch
-        self._batch_occ = {}
         prev = self._prev[layer]
         if prev is None:
             lr = np.zeros(occ.shape[0])
@@ -436,8 +436,9 @@ class AgedMarkov(Aged):
 
     def _seen(self, key: Key) -> None:
         self._grow(*key)
-        self._batch.append(key[1])
-        self._batch_occ[key[1]] = 1
+        if key[0] == self._open:  # not a preload (ExpertCache.preload inserts outside any batch)
+            self._batch.append(key[1])
+            self._batch_occ[key[1]] = 1
 
     def on_hit(self, key: Key, now: int) -> None:
         self._seen(key)
@@ -449,7 +450,8 @@ class AgedMarkov(Aged):
         super().on_hit(key, now)
 
     def on_promote(self, key: Key, now: int) -> None:
-        self._batch_occ[key[1]] = self._batch_occ.get(key[1], 1) + 1
+        if key[0] == self._open:
+            self._batch_occ[key[1]] = self._batch_occ.get(key[1], 1) + 1
         super().on_promote(key, now)
 
     def on_evict(self, key: Key) -> None:
