@@ -58,6 +58,12 @@ def verdict(res: Results) -> list[str]:
     return lines
 
 
+def _replayed_trace(data: CampaignData) -> str | None:
+    """The route trace every cell replays (engine flag --route-replay), or None."""
+    traces = {str((c.get("flags") or {}).get("--route-replay") or "") for c in data.cells}
+    return traces.pop() if len(traces) == 1 and "" not in traces else None
+
+
 def _setup(data: CampaignData, res: Results) -> list[str]:
     m, p = data.manifest, data.plan
     tgt = m.get("target", {})
@@ -65,7 +71,13 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     out = ["## Setup", ""]
     if p.get("description"):
         out += [p["description"].strip(), ""]
-    if model.get("recipe"):
+    replay = _replayed_trace(data)
+    if model.get("recipe") and replay:
+        size = f", {model['bytes'] / 2**20:.0f} MiB" if model.get("bytes") else ""
+        out.append(f"- **Model**: synthetic, `make-model` recipe `{model['recipe']}`{size}; routing replayed "
+                   f"from the recorded trace `{replay}` (`--route-replay`): a real model's expert access "
+                   f"pattern; the output text is meaningless.")
+    elif model.get("recipe"):
         size = f", {model['bytes'] / 2**20:.0f} MiB" if model.get("bytes") else ""
         out.append(f"- **Model**: synthetic, `make-model` recipe `{model['recipe']}`{size} (random router "
                    f"weights: routing is near-uniform and the output text is meaningless).")
@@ -217,7 +229,11 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
                    f"model, not that device's flash or cores: the absolute tok/s belong to this machine.")
     if not (m.get("read_bandwidth") or {}).get("mib_s"):
         out.append("- No read-bandwidth probe, so how close each cell gets to its I/O limit is not shown.")
-    if (m.get("model") or {}).get("recipe"):
+    if (m.get("model") or {}).get("recipe") and _replayed_trace(data):
+        out.append("- Routing is replayed from one recorded trace of one prompt: the expert access pattern is "
+                   "a real model's, but the compute runs on synthetic weights, and other prompts route "
+                   "differently.")
+    elif (m.get("model") or {}).get("recipe"):
         out.append("- The model is synthetic with random router weights: routing is near-uniform, unlike a "
                    "real model's skewed routing, so cache hit rates here say little about real models "
                    "(use route replay for that).")
