@@ -163,3 +163,25 @@ def test_report_command_writes_findings_csv_and_plots(tmp_path: Path) -> None:
     assert md.splitlines()[2] == "## Verdict" and "bmoe-bench replay-report" in md
     assert (out / "replay.csv").read_text().startswith("trace,policy,budget_mib,hit_pct,mib_per_token\n")
     assert (out / "curves-small.png").stat().st_size > 1000
+
+
+REPORT = Path(__file__).resolve().parents[1] / "bench-data" / "2026-11-30-cache-replay" / "replay.csv"
+
+
+@needs_traces
+@pytest.mark.skipif(not REPORT.is_file(), reason="committed replay report absent")
+def test_committed_report_matches_the_code() -> None:
+    """Spot-check the committed raw CSV against a fresh replay: a policy change must regenerate it
+    (the command is in its findings.md)."""
+    rows = {}
+    for line in REPORT.read_text().splitlines()[1:]:
+        trace, policy, budget, hit, mib = line.split(",")
+        rows[(trace, policy, budget)] = (float(hit), float(mib))
+    gptoss = load_trace(TRACES / "gptoss.route.csv")
+    qwen = load_trace(TRACES / "qwen.route.csv")
+    checks = [(gptoss, p, 3000) for p in ("lru", "lfu", "layer", "layer-lfu", "aged", "aged-decay",
+                                           "aged-markov", "belady")]
+    checks += [(qwen, p, 2000) for p in ("lru", "aged-markov", "belady")]
+    for t, pol, b in checks:
+        r = replay(t, pol, b * MIB)
+        assert rows[(t.name, pol, str(b))] == (round(r.hit_pct, 3), round(r.mib_per_token, 3)), (t.name, pol, b)
