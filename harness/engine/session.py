@@ -124,7 +124,8 @@ class Session:
             replay = RouteReplay(cfg.route_replay, layout, self.k_requested)
         if cfg.moe_stream:
             assert self.cache_plan is not None
-            self.cache = ExpertCache(self.cache_plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy)
+            self.cache = ExpertCache(self.cache_plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy,
+                                     n_expert=layout.n_expert)
             self.reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
         if cfg.moe_stream or replay is not None:
             self.hook = StreamHook(layout, self.cache, self.reader, record_routes=bool(cfg.route_trace),
@@ -270,6 +271,7 @@ class Session:
         p.update({f"cfg.{k}": v for k, v in self.cfg.resolved().items()})
         if self.cache_plan:
             p.update({"cache_budget_bytes": self.cache_plan.budget_bytes, "cache_mode": self.cache_plan.mode,
+                      "cache_policy_active": self.cache.policy.name if self.cache else "",
                       "cache_plan": self.cache_plan.note, "token_cycle_bytes": self.cache_plan.cycle_bytes})
         if self.reader:
             p["odirect_effective"] = int(self.reader.odirect)
