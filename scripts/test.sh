@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check harness tests
 if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null; then
-  exec tests/adbd/run-adb-tests.sh -q "$@" tests
+  exec tests/adbd/run-adb-tests.sh -q -rs "$@" tests
 else
   echo "test: not root: running without the adbd namespace (adb tests will skip)" >&2
-  exec .venv/bin/python -m pytest -q "$@" tests
+  exec .venv/bin/python -m pytest -q -rs "$@" tests
 fi
