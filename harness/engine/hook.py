@@ -199,7 +199,10 @@ class StreamHook:
                 f"{name}: graph tensor shape {shape} nb2 {int(tt.nb[2])} type {int(tt.type)} does not match the "
                 f"GGUF ({et.shape}, {et.nb2}, {et.ggml_type}); was the model loaded with weight repacking?")
         res = Reservation(et.nbytes, et.abs_offset)
+        old = int(tt.data or 0)
         _c_vp.from_address(src + OFF_DATA).value = res.data
+        if old and self.reader is not None:
+            self.reader.release_mapped(et.path, et.abs_offset, et.nbytes, old)
         b = Bound(src, et, res, isolate=et.kind != self._last_kind)
         if not b.isolate:
             self.last_addr[et.layer] = src

@@ -16,6 +16,10 @@ from pathlib import Path
 
 from harness.engine.vm import PAGE
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_MADV_DONTNEED = 4
+
 
 def _buf(addr: int, n: int) -> memoryview:
     return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
@@ -77,6 +81,19 @@ class SliceReader:
                     raise OSError(f"short read at {file_pos + got} in {path}: the model file is truncated")
                 got += n
         return got, time.perf_counter_ns() - t0
+
+    def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None:
+        """After a tensor is rebound, its pages in llama.cpp's file mapping are never used again: unmap
+        them from this process (whole pages only) and drop them from the page cache, so memory and the
+        reads that follow are what streaming needs, not what the loader's MAP_POPULATE left behind."""
+        a = (mapped_addr + PAGE - 1) // PAGE * PAGE
+        b = (mapped_addr + length) // PAGE * PAGE
+        if b > a:
+            _libc.madvise(ctypes.c_void_p(a), ctypes.c_size_t(b - a), _MADV_DONTNEED)
+        try:
+            os.posix_fadvise(self.fd_buf[path], file_pos, length, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass  # advisory only
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
         return self.pool.submit(self._read, path, file_pos, length, addr)
