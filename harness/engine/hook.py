@@ -251,25 +251,31 @@ class StreamHook:
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
-        stride = nb1 // 4
-        buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(tt.data)
-        flat = np.frombuffer(buf, dtype=np.int32)
-        view = np.lib.stride_tricks.as_strided(flat, shape=(n_tok, k), strides=(nb1, 4))
         self.k_effective = k
         if self.phase == 1 and il == self._first_moe_layer:
             self.decode_index += 1
-        if self.replay is not None:
-            forced = self.replay.ids(il, self.phase, n_tok, self.decode_index)
-            if forced is not None:
-                view[:, :] = forced  # before anything reads them: weights and matmuls follow the trace
-        ids = view.copy()
         n_exp = self.layout.n_expert
-        if ids.min() < 0 or ids.max() >= n_exp:
-            raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {ids.min()}..{ids.max()}")
+        ids = None
+        if n_tok == 1 and self.replay is None and not self.record_routes:
+            flat_ids = list((ctypes.c_int32 * k).from_address(tt.data))  # decode fast path: no numpy
+            lo, hi = min(flat_ids), max(flat_ids)
+        else:
+            stride = nb1 // 4
+            buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(tt.data)
+            view = np.lib.stride_tricks.as_strided(np.frombuffer(buf, dtype=np.int32), shape=(n_tok, k),
+                                                   strides=(nb1, 4))
+            if self.replay is not None:
+                forced = self.replay.ids(il, self.phase, n_tok, self.decode_index)
+                if forced is not None:
+                    view[:, :] = forced  # before anything reads them: weights and matmuls follow the trace
+            ids = view.copy()
+            flat_ids = ids.reshape(-1).tolist()
+            lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= n_exp:
+            raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
         if self.cache is None:
             self.counters.mgmt_ns += time.perf_counter_ns() - t0
             return
-        flat_ids = ids.reshape(-1).tolist()
         order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
         preloaded: list[int] = []
         if self.preload and il not in self._preloaded:
@@ -299,7 +305,7 @@ class StreamHook:
             self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
         else:
             self.pending.pop(il, None)
-        if self.record_routes:
+        if self.record_routes and ids is not None:
             hits = set(res.hits)
             self.routes.append(RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order}))
         c.mgmt_ns += time.perf_counter_ns() - t0
