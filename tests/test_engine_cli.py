@@ -89,3 +89,18 @@ def test_list_archs_and_version():
     out = subprocess.run(BMOE + ["--list-archs"], capture_output=True, text=True).stdout
     assert "qwen3moe" in out and "qwen2moe" in out
     assert subprocess.run(BMOE + ["--version"], capture_output=True, text=True).stdout.startswith("bmoe ")
+
+
+def test_ctrl_c_mid_decode_is_an_interrupt_not_a_failure(model, tmp_path):
+    import signal
+
+    p = subprocess.Popen(BMOE + ["-m", str(model), "--moe-stream", "--cache-mb", "0", "--progress", "-n", "400",
+                                 "-c", "512", "-p", "x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    for _ in range(3):
+        assert p.stdout.readline().startswith("BMOE_PROGRESS ")
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("bmoe: streaming")]
+    assert lines == ["bmoe: error: interrupted"]

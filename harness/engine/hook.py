@@ -324,4 +324,6 @@ class StreamHook:
     def raise_if_failed(self) -> None:
         if self.error is not None:
             e, self.error = self.error, None
+            if isinstance(e, KeyboardInterrupt):  # Ctrl-C landed inside the callback: the user's interrupt
+                raise KeyboardInterrupt
             raise HookError(f"streaming hook failed: {type(e).__name__}: {e}") from e
