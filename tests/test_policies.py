@@ -165,3 +165,38 @@ def test_preload_then_batches_keep_invariants(name: str) -> None:
         res = cache.lookup_batch(b.layer, b.experts)
         assert not {(b.layer, e) for e in b.unique} & set(res.evicted)
         assert cache.resident_bytes <= 900 or cache.resident <= {(b.layer, e) for e in b.unique}
+
+
+def test_markov_duel_learns_alternating_routing() -> None:
+    t = RouteTrace("alt", "", "test", 4, 8, 2, [100] * 4)
+    for tok in range(80):
+        for layer in range(4):
+            ex = (0, 1) if tok % 2 == 0 else (2, 3)
+            t.batches.append(Batch(layer, ex, tok, ex, (0, 0)))
+    t.decode_tokens = 80
+    # the used-now weight argues for the pair just used, the transition counts for the other one
+    assert replay(t, "markov-duel", 1200).hits > replay(t, "aged", 1200).hits + 80
+
+
+def test_markov_duel_switches_to_fast_aging_when_routing_shifts() -> None:
+    # a long prompt makes experts 0-5 popular, then decode routes only among 6-11 (three at a time, in
+    # a random order): run-long rates keep the stale prompt favourites; the duel must pick an aging
+    # candidate and do at least as well as the no-aging one alone
+    rng = random.Random(3)
+    t = RouteTrace("shift", "", "test", 4, 16, 3, [100] * 4)
+    for layer in range(4):
+        routed = tuple(e for _ in range(30) for e in rng.sample(range(6), 3))
+        uniq = tuple(dict.fromkeys(routed))
+        t.batches.append(Batch(layer, routed, -1, uniq, (0,) * len(uniq)))
+    t.prefill_tokens = 30
+    for tok in range(120):
+        for layer in range(4):
+            ex = tuple(rng.sample(range(6, 12), 3))
+            t.batches.append(Batch(layer, ex, tok, ex, (0,) * 3))
+    t.decode_tokens = 120
+    duel = POLICIES["markov-duel"]()
+    hits = replay(t, duel, 2000).hits
+    assert duel.ages[int(duel._duel.argmax())] > 0  # type: ignore[attr-defined]
+    from harness.engine.policies import MarkovDuel
+
+    assert hits >= replay(t, MarkovDuel(ages=(0.0,)), 2000).hits

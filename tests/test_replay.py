@@ -163,6 +163,12 @@ def test_report_command_writes_findings_csv_and_plots(tmp_path: Path) -> None:
     assert md.splitlines()[2] == "## Verdict" and "bmoe-bench replay-report" in md
     assert (out / "replay.csv").read_text().startswith("trace,policy,budget_mib,hit_pct,mib_per_token\n")
     assert (out / "curves-small.png").stat().st_size > 1000
+    # the author-notes section survives a regeneration
+    mark = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->\n"
+    (out / "findings.md").write_text(md.replace(mark, mark + "my notes\n", 1))
+    assert main(["replay-report", str(trace), "--out", str(out), "--policies", "lru,aged,belady", "--steps", "3",
+                 "--goal-trace", "small"]) == 0
+    assert mark + "my notes\n" in (out / "findings.md").read_text()
 
 
 REPORT = Path(__file__).resolve().parents[1] / "bench-data" / "2026-11-30-cache-replay" / "replay.csv"
@@ -180,8 +186,8 @@ def test_committed_report_matches_the_code() -> None:
     gptoss = load_trace(TRACES / "gptoss.route.csv")
     qwen = load_trace(TRACES / "qwen.route.csv")
     checks = [(gptoss, p, 3000) for p in ("lru", "lfu", "layer", "layer-lfu", "aged", "aged-decay",
-                                           "aged-markov", "belady")]
-    checks += [(qwen, p, 2000) for p in ("lru", "aged-markov", "belady")]
+                                           "aged-markov", "markov-duel", "belady")]
+    checks += [(qwen, p, 2000) for p in ("lru", "aged-markov", "markov-duel", "belady")]
     for t, pol, b in checks:
         r = replay(t, pol, b * MIB)
         assert rows[(t.name, pol, str(b))] == (round(r.hit_pct, 3), round(r.mib_per_token, 3)), (t.name, pol, b)

@@ -87,7 +87,9 @@ def replay_report_cmd(
         checks[t.name] = (log, lru_agreement(t, log.budget_mib) if log else None)
     command = "bmoe-bench replay-report " + " ".join(shlex.quote(str(p)) for p in traces) + \
         f" --out {shlex.quote(str(out))} --policies {policies} --steps {steps} --goal-trace {goal_trace}"
-    (out / "findings.md").write_text(findings_md(loaded, results, checks, command, figures, csv_name, goal_trace))
+    md = out / "findings.md"
+    previous = md.read_text() if md.exists() else None
+    md.write_text(findings_md(loaded, results, checks, command, figures, csv_name, goal_trace, previous))
     typer.echo(f"wrote {out}/findings.md, {csv_name}, {', '.join(figures.values())} ({len(results)} replays)")
 
 

@@ -465,6 +465,176 @@ class AgedMarkov(Aged):
         return super().victim(protected)
 
 
+class MarkovDuel(Policy):
+    """Next-token use prediction per entry, with its aging rate picked online by duelling (own design).
+
+    After each batch of layer L every expert b of L gets a score (a log-odds-like estimate that b is
+    used at L's next run), from fixed weights over: used now; log2(1 + tokens since last use); log2 of
+    b's smoothed use rate q(b) (prefill tokens count); the Markov ratio log2(P(b | now) / q(b)) of
+    `aged-markov` (transition counts, decode only) - less `age` x tokens since last use. How fast
+    stale entries should lose value differs between models and prompts, so several `ages` are scored
+    side by side: each predicts L's next batch as its top `slots` experts (slots = budget / sum of
+    per-layer expert bytes, the entries one layer gets on average) and counts the hits; the candidate
+    with the most (slowly decayed) hits sets the scores. The victim is the lowest-scored unprotected
+    entry, less `phase` x (layer steps until its layer runs again) / n_layer (so a tie goes to the
+    layer that runs last, as in `aged`). Per layer batch: a few numpy passes over the layer's experts
+    and a re-push of its resident entries; `victim` compares one cached head per layer.
+    """
+
+    name = "markov-duel"
+    # bias, used now, log2(1 + tokens since last use), log2 q, Markov log-ratio
+    WEIGHTS = (-3.0, 2.0, -0.5, 1.0, 1.0)
+
+    def __init__(self, ages: Sequence[float] = (0.0, 0.05, 0.15, 0.4), phase: float = 1.0,
+                 m: float = 4.0, score_decay: float = 0.999) -> None:
+        self.ages = np.asarray(ages, dtype=np.float64)
+        self.phase, self.m, self.score_decay = phase, m, score_decay
+        self._w = np.asarray(self.WEIGHTS, dtype=np.float64)
+        self._duel = np.zeros(len(self.ages))
+        self._n = 0
+        self._slots = 1.0
+        self._open = -1
+        self._cur = 0
+        self._batch: list[int] = []
+        self._occb: dict[int, int] = {}
+        self._tie = 0
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        n = self._n = len(expert_bytes)
+        self._slots = budget_bytes / max(1, sum(expert_bytes))
+        f32 = np.float32
+        self._tr = [np.zeros((0, 0), f32) for _ in range(n)]  # transition counts a -> b
+        self._src = [np.zeros(0, f32) for _ in range(n)]  # times a was followed by a decode batch
+        self._occ = [np.zeros(0, f32) for _ in range(n)]  # uses (prefill tokens included)
+        self._last = [np.zeros(0) for _ in range(n)]  # token (per layer) of the last use
+        self._tokens = [0.0] * n
+        self._prev: list[list[int] | None] = [None] * n
+        self._pred: list[np.ndarray | None] = [None] * n  # each candidate's scores for the next batch
+        self._score: list[np.ndarray | None] = [None] * n  # the chosen candidate's
+        self._res: list[set[int]] = [set() for _ in range(n)]
+        self._heaps = [_LazyMinHeap() for _ in range(n)]
+        self._head: list[tuple[float, Key] | None] = [None] * n
+        self._dirty: set[int] = set()
+
+    def _grow(self, layer: int, e: int) -> None:
+        size = self._src[layer].shape[0]
+        if e < size:
+            return
+        new = max(e + 1, 2 * size, 8)
+        d = new - size
+        self._tr[layer] = np.pad(self._tr[layer], ((0, d), (0, d)))
+        self._src[layer] = np.pad(self._src[layer], (0, d))
+        self._occ[layer] = np.pad(self._occ[layer], (0, d))
+        self._last[layer] = np.pad(self._last[layer], (0, d), constant_values=-1e9)
+
+    def on_batch(self, layer: int, now: int) -> None:
+        self._close()
+        self._cur = layer
+        self._open = layer
+
+    def _close(self) -> None:
+        layer, batch, occb = self._open, self._batch, self._occb
+        self._open, self._batch, self._occb = -1, [], {}
+        if layer < 0 or not batch:
+            return
+        occ = self._occ[layer]
+        n_e = occ.shape[0]
+        ntok = max(occb.values())
+        prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
+        pred = self._pred[layer]
+        if not prefill and pred is not None:
+            n0 = pred.shape[1]
+            k = int(min(max(1, round(self._slots)), n0 - 1))
+            top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
+            used = np.zeros(n0, bool)
+            used[[e for e in batch if e < n0]] = True
+            self._duel = self.score_decay * self._duel + used[top].sum(1)
+        for e, c in occb.items():
+            occ[e] += c
+        tok = self._tokens[layer] + ntok
+        self._tokens[layer] = tok
+        last = self._last[layer]
+        last[batch] = tok
+        if prefill:
+            self._prev[layer] = None
+        else:
+            prev = self._prev[layer]
+            if prev is not None:
+                for a in prev:
+                    self._tr[layer][a, batch] += 1
+                self._src[layer][prev] += 1
+            self._prev[layer] = batch
+        q = (occ + 0.5) / (tok + 0.5 * n_e / len(batch))
+        w = self._w
+        since = np.minimum(tok - last, 1e4)
+        base = w[0] + w[2] * np.log2(1.0 + np.minimum(since, 63.0)) + w[3] * np.log2(q)
+        if not prefill:
+            base[batch] += w[1]
+        prev = self._prev[layer]
+        if prev is not None:
+            p = ((self._tr[layer][prev] + self.m * q) / (self._src[layer][prev][:, None] + self.m)).mean(0)
+            base += w[4] * np.log2(p / q)
+        cands = base[None, :] - self.ages[:, None] * since[None, :]
+        self._pred[layer] = cands
+        score = cands[int(np.argmax(self._duel))]
+        self._score[layer] = score
+        heap = self._heaps[layer]
+        for e in self._res[layer]:
+            self._tie += 1
+            heap.set((layer, e), float(score[e]), self._tie)
+        self._dirty.add(layer)
+
+    def _seen(self, key: Key) -> None:
+        self._grow(*key)
+        if key[0] == self._open:
+            self._batch.append(key[1])
+            self._occb[key[1]] = 1
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._seen(key)
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._res[key[0]].add(key[1])
+        self._seen(key)
+        if key[0] != self._open:  # a preload (outside any batch): the layer's current score, else 0
+            score = self._score[key[0]]
+            self._tie += 1
+            s = float(score[key[1]]) if score is not None and key[1] < score.shape[0] else 0.0
+            self._heaps[key[0]].set(key, s, self._tie)
+            self._dirty.add(key[0])
+
+    def on_promote(self, key: Key, now: int) -> None:
+        if key[0] == self._open:
+            self._occb[key[1]] = self._occb.get(key[1], 1) + 1
+
+    def on_evict(self, key: Key) -> None:
+        self._res[key[0]].discard(key[1])
+        self._heaps[key[0]].discard(key)
+        self._dirty.add(key[0])
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        if self._open >= 0:
+            self._close()
+        n, cur, head = self._n, self._cur, self._head
+        if self._dirty:
+            none: set[Key] = set()
+            for layer in self._dirty:
+                head[layer] = self._heaps[layer].peek(none)
+            self._dirty.clear()
+        best: Key | None = None
+        best_s = -math.inf
+        ph = self.phase
+        for layer, top in enumerate(head):
+            if layer == cur:  # the batch's own layer: its protected entries are skipped, not cached
+                top = self._heaps[layer].peek(protected)
+            if top is None:
+                continue
+            s = ph * ((layer - cur) % n or n) / n - top[0]
+            if s > best_s:
+                best_s, best = s, top[1]
+        return best
+
+
 class Belady(Policy):
     """Belady's MIN, the offline optimum: evict the resident entry whose next use is farthest in the
     future (never used again first). Needs the whole lookup sequence up front (`prepare_offline`), so
@@ -536,6 +706,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "aged": Aged,
     "aged-decay": AgedDecay,
     "aged-markov": AgedMarkov,
+    "markov-duel": MarkovDuel,
     "belady": Belady,
 }
 

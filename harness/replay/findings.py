@@ -10,6 +10,7 @@ from harness.replay.report import KEY_BUDGETS_MIB, Comparison, compare
 from harness.replay.simulate import MIB, ReplayResult
 from harness.replay.trace import RouteTrace
 from harness.replay.validate import Agreement, EngineLog
+from harness.report.findings import AUTHOR_BEGIN, AUTHOR_END, author_section
 
 
 def _worst_vs_lru(cs: Sequence[Comparison]) -> Comparison:
@@ -42,7 +43,10 @@ def findings_md(
     figures: dict[str, str],
     csv_name: str,
     goal_trace: str = "qwen",
+    previous: str | None = None,
 ) -> str:
+    """The report; `previous` (the findings.md being replaced) gives the author-notes section, kept
+    verbatim."""
     ranked = rank_online(results, goal_trace)
     best, best_never, _ = ranked[0]
     cs = compare(results, best)
@@ -149,10 +153,11 @@ def findings_md(
     L.append("## What this does not show\n")
     L.append(
         "- Hits and bytes, not tokens per second: no I/O queueing, no overlap with compute, no policy "
-        "CPU cost (the aged policies compare one number per layer on each eviction; aged-markov also does "
-        "one numpy pass over a layer's experts per layer batch).\n"
+        "CPU cost (the aged policies and markov-duel compare one number per layer on each eviction; "
+        "aged-markov and markov-duel also do a few numpy passes over a layer's experts per layer batch).\n"
         "- Two traces, one prompt each, recorded on one phone; the own policies' few constants (frequency "
-        "weight, decay, predictor weight and smoothing) were chosen by looking at these same traces, so "
+        "weight, decay, predictor weight and smoothing; markov-duel's feature weights and its candidate "
+        "aging rates) were chosen by looking at these same traces, so "
         "the margins are in-sample (they move little across a range of constants, but that is not an "
         "out-of-sample test). Longer generations and other prompts may rank policies differently.\n"
         "- No prefetching: Belady here is the best *demand* cache; a predictor that reads ahead can do "
@@ -162,4 +167,5 @@ def findings_md(
     L.append("## Reproduce\n")
     L.append(f"```\n{command}\n```\n")
     L.append(f"Raw results: `{csv_name}` (columns trace,policy,budget_mib,hit_pct,mib_per_token).\n")
+    L += ["## Author's notes\n", AUTHOR_BEGIN, author_section(previous), AUTHOR_END, ""]
     return "\n".join(L)
