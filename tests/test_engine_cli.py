@@ -95,7 +95,9 @@ def test_ctrl_c_mid_decode_is_an_interrupt_not_a_failure(model, tmp_path):
     import signal
 
     p = subprocess.Popen(BMOE + ["-m", str(model), "--moe-stream", "--cache-mb", "0", "--progress", "-n", "400",
-                                 "-c", "512", "-p", "x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 "-c", "512", "-p", "x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # a CI shell may start us with SIGINT ignored (inherited); a user's terminal does not
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout is not None
     for _ in range(3):
         assert p.stdout.readline().startswith("BMOE_PROGRESS ")
