@@ -27,8 +27,33 @@ def _check_model_file(path: str) -> None:
         raise UserError(f"{path}: permission denied; make the model file readable (chmod a+r)")
 
 
+class _Interrupt:
+    """Ctrl-C must never raise inside the ctypes eval callback: ctypes would swallow the exception and
+    ggml could cut the graph short (garbage logits). So SIGINT only sets a flag, checked between tokens;
+    a second Ctrl-C exits at once."""
+
+    def __init__(self) -> None:
+        self.hit = False
+
+    def __call__(self, signum, frame) -> None:
+        if self.hit:
+            sys.stderr.write("bmoe: error: interrupted\n")
+            os._exit(130)
+        self.hit = True
+
+    def check(self) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+
+
 def run(argv: list[str]) -> int:
+    import signal
+
     from harness.engine.config import parse_cli
+
+    interrupt = _Interrupt()
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, interrupt)
 
     cfg = parse_cli(argv)
     if cfg.version:
@@ -72,7 +97,10 @@ def run(argv: list[str]) -> int:
             trace = RouteTraceWriter(cfg.route_trace, cfg.model, layout.arch, layout.n_layer, layout.n_expert,
                                      sess.k_requested, layout.expert_bytes_per_layer(), layout.dense_bytes_by_layer)
 
+        interrupt.check()  # a Ctrl-C during the load
+
         def on_token(row: dict, text: str) -> None:
+            interrupt.check()
             if cfg.progress:
                 sys.stdout.write(progress_line(row, text) + "\n")
             else:
