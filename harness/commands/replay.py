@@ -9,8 +9,10 @@ from pathlib import Path
 import typer
 
 from harness.errors import UserError
+from harness.replay.bounds import BOUNDS
 from harness.replay.findings import findings_md
 from harness.replay.report import (
+    KEY_BUDGETS_MIB,
     fine_grid,
     parse_budgets,
     parse_policies,
@@ -76,6 +78,8 @@ def replay_report_cmd(
     results = run_grid(loaded, pols, grid)
     csv_name = "replay.csv"
     (out / csv_name).write_text(to_csv(results))
+    bound_results = run_grid(loaded, list(BOUNDS), KEY_BUDGETS_MIB)
+    (out / "bounds.csv").write_text(to_csv(bound_results))
     figures = {}
     for t in loaded:
         fig = f"curves-{t.name}.png"
@@ -89,8 +93,10 @@ def replay_report_cmd(
         f" --out {shlex.quote(str(out))} --policies {policies} --steps {steps} --goal-trace {goal_trace}"
     md = out / "findings.md"
     previous = md.read_text() if md.exists() else None
-    md.write_text(findings_md(loaded, results, checks, command, figures, csv_name, goal_trace, previous))
-    typer.echo(f"wrote {out}/findings.md, {csv_name}, {', '.join(figures.values())} ({len(results)} replays)")
+    md.write_text(findings_md(loaded, results, checks, command, figures, csv_name, goal_trace, previous,
+                              bounds=bound_results))
+    typer.echo(f"wrote {out}/findings.md, {csv_name}, bounds.csv, {', '.join(figures.values())} "
+               f"({len(results) + len(bound_results)} replays)")
 
 
 def _unique_names(traces) -> None:

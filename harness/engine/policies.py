@@ -538,7 +538,6 @@ class MarkovDuel(Policy):
         if layer < 0 or not batch:
             return
         occ = self._occ[layer]
-        n_e = occ.shape[0]
         ntok = max(occb.values())
         prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
         pred = self._pred[layer]
@@ -564,7 +563,7 @@ class MarkovDuel(Policy):
                     self._tr[layer][a, batch] += 1
                 self._src[layer][prev] += 1
             self._prev[layer] = batch
-        q = (occ + 0.5) / (tok + 0.5 * n_e / len(batch))
+        q = self._rate(layer, occ, tok, len(batch))
         w = self._w
         since = np.minimum(tok - last, 1e4)
         base = w[0] + w[2] * np.log2(1.0 + np.minimum(since, 63.0)) + w[3] * np.log2(q)
@@ -576,13 +575,23 @@ class MarkovDuel(Policy):
             base += w[4] * np.log2(p / q)
         cands = base[None, :] - self.ages[:, None] * since[None, :]
         self._pred[layer] = cands
-        score = cands[int(np.argmax(self._duel))]
+        score = self._adjust(layer, cands[int(np.argmax(self._duel))])
         self._score[layer] = score
         heap = self._heaps[layer]
         for e in self._res[layer]:
             self._tie += 1
             heap.set((layer, e), float(score[e]), self._tie)
         self._dirty.add(layer)
+
+    def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
+        """q(b): each expert's smoothed use rate so far (uses / tokens, prefill tokens counted), for
+        the experts of `layer` seen so far (len(occ) of them); k is this batch's size."""
+        return (occ + 0.5) / (tok + 0.5 * occ.shape[0] / k)
+
+    def _adjust(self, layer: int, score: np.ndarray) -> np.ndarray:
+        """The scores `layer`'s resident entries get after its batch (a seam for the informed bounds
+        of harness/replay/bounds.py; online, unchanged)."""
+        return score
 
     def _seen(self, key: Key) -> None:
         self._grow(*key)

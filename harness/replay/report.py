@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from harness.engine.policies import POLICIES, is_offline
 from harness.errors import UserError
+from harness.replay.bounds import BOUNDS, Usage, make_bound
 from harness.replay.simulate import MIB, ReplayResult, replay
 from harness.replay.trace import RouteTrace
 
@@ -17,15 +18,21 @@ KEY_BUDGETS_MIB = [2000, 3000, 4000]  # the goal's budgets (issue 4)
 
 
 def parse_policies(text: str) -> list[str]:
-    """`all` or a comma list of registered names; unknown names are a UserError."""
+    """`all` (every cache policy) or a comma list of registered names, informed bounds (told-*,
+    harness/replay/bounds.py) included; unknown names are a UserError."""
     if text.strip() == "all":
         return list(POLICIES)
     names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
+    unknown = [p for p in names if p not in POLICIES and p not in BOUNDS]
     if unknown or not names:
         raise UserError(f"--policies {text!r}: unknown policy {', '.join(unknown) or '(none given)'}; "
-                        f"known: {', '.join(POLICIES)}, or all")
+                        f"known: {', '.join(POLICIES)}, or all; informed bounds: {', '.join(BOUNDS)}")
     return list(dict.fromkeys(names))
+
+
+def offline(name: str) -> bool:
+    """Needs the trace's future: belady and the informed bounds."""
+    return name in BOUNDS or is_offline(name)
 
 
 def parse_budgets(text: str) -> list[int]:
@@ -54,9 +61,10 @@ def run_grid(traces: Sequence[RouteTrace], policies: Sequence[str],
              budgets: dict[str, list[int]] | list[int]) -> list[ReplayResult]:
     out = []
     for t in traces:
+        usage = Usage(t) if any(p in BOUNDS for p in policies) else None
         for b in budgets[t.name] if isinstance(budgets, dict) else budgets:
             for p in policies:
-                out.append(replay(t, p, b * MIB))
+                out.append(replay(t, make_bound(p, t, usage) if p in BOUNDS else p, b * MIB))
     return out
 
 
@@ -76,7 +84,7 @@ def render_table(results: Sequence[ReplayResult], traces: Sequence[RouteTrace]):
     for col in ("trace", "T MiB", "policy", "budget MiB", "hit %", "MiB/token"):
         table.add_column(col, justify="left" if col in ("trace", "policy") else "right")
     for r in results:
-        table.add_row(r.trace, f"{cycle[r.trace]:.0f}", r.policy + (" (offline)" if is_offline(r.policy) else ""),
+        table.add_row(r.trace, f"{cycle[r.trace]:.0f}", r.policy + (" (offline)" if offline(r.policy) else ""),
                       f"{r.budget_mib:g}", f"{r.hit_pct:.2f}", f"{r.mib_per_token:.1f}")
     return table
 
@@ -93,7 +101,7 @@ def plot_curves(results: Sequence[ReplayResult], traces: Sequence[RouteTrace], p
         rs = [r for r in results if r.trace == t.name]
         for pol in dict.fromkeys(r.policy for r in rs):
             pts = sorted((r.budget_mib, r.hit_pct) for r in rs if r.policy == pol)
-            style = "k--" if is_offline(pol) else "-"
+            style = ("k--" if pol == "belady" else ":") if offline(pol) else "-"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=".", ms=3, lw=1.2, label=pol)
         ax.axvline(t.cycle_bytes / MIB, color="red", lw=0.8, ls=":")
         xt = ax.get_xaxis_transform()  # x in data, y in axes fraction
