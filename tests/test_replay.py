@@ -191,3 +191,20 @@ def test_committed_report_matches_the_code() -> None:
     for t, pol, b in checks:
         r = replay(t, pol, b * MIB)
         assert rows[(t.name, pol, str(b))] == (round(r.hit_pct, 3), round(r.mib_per_token, 3)), (t.name, pol, b)
+
+
+@needs_traces
+@pytest.mark.skipif(not REPORT.with_name("bounds.csv").is_file(), reason="committed replay report absent")
+def test_committed_bounds_match_the_code() -> None:
+    """Spot-check the committed informed bounds (bounds.csv) against a fresh replay."""
+    from harness.replay.bounds import make_bound
+
+    rows = {}
+    for line in REPORT.with_name("bounds.csv").read_text().splitlines()[1:]:
+        trace, policy, budget, hit, mib = line.split(",")
+        rows[(trace, policy, budget)] = (float(hit), float(mib))
+    gptoss = load_trace(TRACES / "gptoss.route.csv")
+    qwen = load_trace(TRACES / "qwen.route.csv")
+    for t, pol, b in [(gptoss, "told-popularity", 3000), (gptoss, "told-next-16", 2000), (qwen, "told-both", 2000)]:
+        r = replay(t, make_bound(pol, t), b * MIB)
+        assert rows[(t.name, pol, str(b))] == (round(r.hit_pct, 3), round(r.mib_per_token, 3)), (t.name, pol, b)
