@@ -37,6 +37,7 @@ printf 'token,wall_s\n1,0.1\n' > tokens.csv
 echo "a warning" >&2
 [ "$1" = fail ] && { echo "fatal: model file is truncated" >&2; exit 3; }
 [ "$1" = sleep ] && exec sleep "$2"
+[ "$1" = spin ] && while :; do sleep 0.2; done
 exit 0
 """
 
@@ -272,6 +273,20 @@ def second_device():
         pytest.skip("needs BMOE_TEST_ADBD (set by tests/adbd/run-adb-tests.sh)")
     assert _only_loopback(), "refusing to start adbd: this network namespace has interfaces other than lo"
     port = 15556
+    serial = f"127.0.0.1:{port}"
+    proc = None
+    try:
+        proc = _start_adbd(launcher, port)
+        yield serial, proc
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        subprocess.run([os.environ["BMOE_TEST_ADB"], "disconnect", serial], capture_output=True, timeout=20)
+
+
+def _start_adbd(launcher: str, port: int) -> subprocess.Popen:
+    """Start an adbd on 127.0.0.1:port and connect the adb server to it."""
     env = {"ADBD_PORT": str(port), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/"}
     proc = subprocess.Popen(
         [launcher], cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -287,8 +302,59 @@ def second_device():
                 time.sleep(0.1)
         subprocess.run([adb, "connect", serial], check=True, capture_output=True, timeout=20)
         subprocess.run([adb, "-s", serial, "wait-for-device"], check=True, timeout=20)
-        yield serial, proc
-    finally:
+    except BaseException:
         proc.kill()
         proc.wait()
-        subprocess.run([adb, "disconnect", serial], capture_output=True, timeout=20)
+        raise
+    return proc
+
+
+def _local_alive(pid: int) -> bool:
+    """The loopback "device" is this machine: is pid a live (not zombie) process here?"""
+    try:
+        return "\tZ" not in Path(f"/proc/{pid}/status").read_text().split("State:")[1].splitlines()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_engine_left_running_by_a_lost_device_is_killed_when_it_returns(second_device, tmp_path):
+    """adbd dies mid-run (the engine lives on, orphaned); once the device is back, the target's next
+    run first kills that engine - checked by its run mark, so only that process - and logs it."""
+    serial, proc = second_device
+    t = AdbTarget(serial)
+    eng = tmp_path / "spin-engine.sh"
+    eng.write_text(ENGINE)
+    eng.chmod(0o755)
+    remote = t.stage(eng, "engine")
+    lines: list[str] = []
+    killer = threading.Timer(1.5, proc.kill)
+    killer.start()
+    try:
+        out = t.run([remote, "spin"], timeout_s=120, outputs=[], out_dir=tmp_path / "out",
+                    log_path=tmp_path / "log1", on_stdout_line=lines.append)
+    finally:
+        killer.cancel()
+    assert out.reason is not None and out.reason.startswith("device gone"), out.reason
+    pid = int(next(ln for ln in lines if ln.startswith("engine pid")).split()[-1])
+    proc.wait()
+    bystander = subprocess.Popen(["sleep", "60"])  # not the engine: must survive the reaping
+    proc2 = None
+    try:
+        assert _local_alive(pid), "the orphaned engine should still be running"
+        assert t.reap_orphans() == []  # device still gone: nothing done, kept for later
+        proc2 = _start_adbd(os.environ["BMOE_TEST_ADBD"], int(serial.rsplit(":", 1)[1]))
+        out2 = t.run([remote], timeout_s=30, outputs=[], out_dir=tmp_path / "out2", log_path=tmp_path / "log2")
+        assert out2.ok, out2.reason
+        assert f"killed engine pid {pid} on the device" in (tmp_path / "log2").read_text()
+        time.sleep(0.3)
+        assert not _local_alive(pid)
+        assert _local_alive(bystander.pid)
+        assert t.reap_orphans() == []  # reaped once only
+    finally:
+        bystander.kill()
+        bystander.wait()
+        if _local_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        if proc2 is not None:
+            proc2.kill()
+            proc2.wait()

@@ -10,6 +10,10 @@ free-space check, to a temporary name then renamed, and verified after the push.
 over adb's shell v2 protocol (separate stdout/stderr, exit code): the engine's own PID is in PIDFILE, so
 on Ctrl-C or a host-side timeout it is killed by PID (adb's socket timeout alone leaves it running).
 A device that goes away mid-run gives a failed RunOutcome with reason "device gone: ...", not an error.
+The engine it was running may still be running there (adbd gone, or the USB link): the target remembers
+it, and before its next run (or at close) kills it if the device is back, so a run never shares the
+device with a leftover engine. The engine runs with BMOE_RUN_MARK=PIDFILE in its environment, and only a
+process carrying that mark is killed (a PID reused meanwhile is left alone); the run's log says so.
 """
 
 from __future__ import annotations
@@ -108,7 +112,13 @@ elif command -v toybox >/dev/null 2>&1; then exec toybox sha256sum "$1"
 else echo "no sha256sum or toybox on the device" >&2; exit 127; fi"""
 
 # Run the engine with its PID in $1; the rest of the words are the engine's argv.
-_PID_WRAPPER = 'echo $$ > "$0" && exec "$@"'
+_PID_WRAPPER = 'export BMOE_RUN_MARK="$0" && echo $$ > "$0" && exec "$@"'
+# kill the process in pidfile $1 only if it carries the run's mark; print its PID if killed
+_REAP = (
+    'p=$(cat "$1" 2>/dev/null) || exit 0; '
+    'if [ -n "$p" ] && tr "\\000" "\\n" 2>/dev/null < "/proc/$p/environ" | grep -qxF -- "BMOE_RUN_MARK=$1"; '
+    'then kill -KILL "$p" && echo "$p"; fi; rm -f "$1"'
+)
 
 
 class DeviceGone(Exception):
@@ -147,6 +157,7 @@ class AdbTarget:
         self.device: AdbDevice = self.client.device(serial=self.serial)
         self._hash_cache: dict[tuple[str, int, int], str] = {}
         self.stage_log: list[tuple[str, str]] = []  # (remote path, "pushed" | "unchanged")
+        self._orphans: list[str] = []  # pidfiles of runs that lost the device while their engine ran
         if prepare:
             self._shell_ok(sh_join(["mkdir", "-p", self.device_dir, self.run_dir()]), what="create the device dir")
 
@@ -296,7 +307,24 @@ class AdbTarget:
         return code == 0
 
     def close(self) -> None:
-        pass
+        self.reap_orphans()
+
+    def reap_orphans(self) -> list[str]:
+        """Kill engines left running by earlier runs that lost the device, if it answers now; one log
+        line per engine killed. Runs that still cannot be reached are kept for the next call."""
+        notes, left = [], []
+        for pidfile in self._orphans:
+            try:
+                code, out, _ = self.shell(sh_join(["sh", "-c", _REAP, "reap", pidfile]), timeout=10.0)
+            except DeviceGone:
+                left.append(pidfile)
+                continue
+            pid = out.strip()
+            if code == 0 and pid.isdigit():
+                notes.append(f"[bmoe-bench] killed engine pid {pid} on the device: an earlier run lost the "
+                             "device while it ran, and it was still running")
+        self._orphans = left
+        return notes
 
     def kill_remote(self, pid: int, sig: str = "KILL") -> bool:
         try:
@@ -321,6 +349,7 @@ class AdbTarget:
         out_dir.mkdir(parents=True, exist_ok=True)
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        reaped = self.reap_orphans()
         pidfile = f"{self.run_dir()}/.bmoe-{os.getpid()}-{next(_counter)}.pid"
         secs = max(1, int(round(timeout_s)))
         cmd = " ".join(
@@ -332,6 +361,8 @@ class AdbTarget:
         )
         t0 = time.monotonic()
         with open(log_path, "w", encoding="utf-8") as log:
+            for note in reaped:
+                log.write(note + "\n")
             stream = _V2Stream(log, on_stdout_line)
             try:
                 conn = self.device.open_transport(timeout=_SHORT_TIMEOUT_S)
@@ -380,6 +411,7 @@ class AdbTarget:
 
         code = stream.exit_code
         if gone is not None:
+            self._orphans.append(pidfile)  # its engine may still be running there
             return RunOutcome(None, f"device gone: {gone}", wall, remote_pid=pid)
         try:
             self.shell(sh_join(["rm", "-f", pidfile]))
