@@ -28,7 +28,8 @@ from harness.replay.validate import lru_agreement, read_engine_log
 def replay_cmd(
     traces: list[Path] = typer.Argument(..., help="route_trace v1 CSV files (e.g. qwen.route.csv)."),
     budgets: str = typer.Option("500,1000,2000,3000,4000", help="Cache budgets in MiB, comma separated."),
-    policies: str = typer.Option("lru,belady", help="Comma list of policies, or 'all'."),
+    policies: str = typer.Option("lru,belady", help="Comma list of policies, or 'all' (every cache policy); "
+                                 "told-* names are informed bounds (offline, see harness/replay/bounds.py)."),
     fmt: str = typer.Option("table", "--format", help="table (rich) or csv."),
     plot: Path | None = typer.Option(None, "--plot", help="Also draw hit %-vs-budget curves to this PNG."),
 ) -> None:
