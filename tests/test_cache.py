@@ -7,6 +7,7 @@ import random
 import pytest
 
 from harness.engine.cache import ExpertCache, budget_problem, token_cycle_bytes
+from harness.engine.policies import online_policies
 
 EB = [100, 100, 200]  # bytes of one expert, per layer
 
@@ -59,3 +60,23 @@ def test_token_cycle_and_the_guard():
     assert budget_problem(800, 800) is None
     msg = budget_problem(799, 800)
     assert msg is not None and "below one token cycle" in msg and "--force-cache" in msg
+
+
+@pytest.mark.parametrize("policy", online_policies())
+def test_deferred_eviction_decides_exactly_as_immediate(policy: str) -> None:
+    """The engine looks a batch up with evict=False and evicts later (while its reads are in flight):
+    the same entries must be evicted, in the same order, with the same hits."""
+    rng = random.Random(7)
+    eb = [100, 120, 100]
+    now, later = ExpertCache(1500, eb, policy), ExpertCache(1500, eb, policy)
+    for step in range(300):
+        layer = step % 3
+        experts = [rng.randrange(16) for _ in range(4 if step > 2 else 12)]
+        a = now.lookup_batch(layer, experts)
+        b = later.lookup_batch(layer, experts, evict=False)
+        assert b.evicted == []
+        assert later.resident_bytes >= now.resident_bytes
+        evicted = later.evict_over_budget()
+        assert (a.hits, a.misses, a.evicted) == (b.hits, b.misses, evicted)
+        assert now.resident == later.resident and later.resident_bytes <= 1500
+    assert now.stats == later.stats and now.stats.evictions > 100

@@ -83,13 +83,17 @@ class ExpertCache:
         self.stats = CacheStats()
         self._clock = 0
         self._last_batch: list[Key] = []
+        self._protected: set[Key] = set()
 
     @property
     def enabled(self) -> bool:
         return self.budget > 0
 
-    def lookup_batch(self, layer: int, experts: Iterable[int]) -> BatchResult:
-        """Account one layer batch; returns which experts to read and which entries to drop."""
+    def lookup_batch(self, layer: int, experts: Iterable[int], evict: bool = True) -> BatchResult:
+        """Account one layer batch; returns which experts to read and which entries to drop. With
+        evict=False the eviction is left to `evict_over_budget()`, which the caller must run before the
+        next batch (the engine does it while the batch's reads are in flight): the same decisions, in
+        the same order, only later in time."""
         res = BatchResult(layer)
         if not self.enabled:
             # no cache: the previous batch is dropped now that its compute is done
@@ -130,13 +134,21 @@ class ExpertCache:
         if not self.enabled:
             self._last_batch = sorted(batch_keys)
             return res
-        while self.resident_bytes > self.budget:
-            victim = self.policy.victim(batch_keys)
-            if victim is None:
-                break  # everything left was touched by this batch
-            self._evict(victim)
-            res.evicted.append(victim)
+        self._protected = batch_keys
+        if evict:
+            res.evicted = self.evict_over_budget()
         return res
+
+    def evict_over_budget(self) -> list[Key]:
+        """Evict down to the budget, never an entry the last batch touched; the entries evicted."""
+        out: list[Key] = []
+        while self.resident_bytes > self.budget:
+            victim = self.policy.victim(self._protected)
+            if victim is None:
+                break  # everything left was touched by the last batch
+            self._evict(victim)
+            out.append(victim)
+        return out
 
     def preload(self, layer: int, experts: Iterable[int]) -> list[int]:
         """Mark experts resident without a lookup (the engine's --cache-preload reads them at once).

@@ -4,10 +4,12 @@ Contract (ggml_backend_sched with an eval callback): for each graph node the sch
 (`ask=True`); a True answer ends the current group, which is computed and synchronised, and the node is
 then passed again with `ask=False`. So:
 - `ffn_moe_topk-<il>` is isolated (True on ask); in its non-ask call the selected ids are materialised:
-  the cache accounts the layer batch, evicted slices are dropped and reads for the misses go to the lanes.
+  the cache accounts the layer batch and reads for the misses go to the lanes.
 - a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor's data pointer
   is rebound to an anonymous reservation (asks run before compute, so nothing is ever faulted in through
-  the file mapping); on every ask we wait for that tensor's reads. Non-last expert matmuls of a layer
+  the file mapping); on every ask we wait for that tensor's reads. Before the first wait the cache
+  decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
+  before they start) and the evicted slices are dropped off the compute thread. Non-last expert matmuls of a layer
   (gate, up) are isolated too, so the last one's reads (down) overlap their compute.
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
 is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
@@ -138,6 +140,7 @@ class StreamHook:
         self.decode_index = -1
         self._first_moe_layer = min(layout.by_layer)
         self._preloaded: set[int] = set()
+        self._evict_due = False  # the last batch's evictions are still to be decided
         self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
         from llama_cpp import llama_cpp as L
 
@@ -168,6 +171,8 @@ class StreamHook:
                         b = self._bind(src)
                     if b is None:
                         return False
+                    if self._evict_due:  # the last batch's reads are in flight now: decide evictions meanwhile
+                        self._evict_now()
                     futs = self.inflight.pop(src, None)
                     if futs:
                         self._wait(futs)
@@ -281,18 +286,18 @@ class StreamHook:
         if self.preload and il not in self._preloaded:
             self._preloaded.add(il)
             preloaded = self.cache.preload(il, range(n_exp))
-        res = self.cache.lookup_batch(il, flat_ids)  # duplicates only promote, inside the cache
+        if self._evict_due:
+            self._evict_now()
+        # duplicates only promote, inside the cache; evictions are decided later (_evict_now), while this
+        # batch's reads are in flight, so the policy's bookkeeping overlaps I/O instead of delaying it
+        res = self.cache.lookup_batch(il, flat_ids, evict=False)
+        self._evict_due = self.cache.enabled
         if preloaded:
             res.misses = sorted(set(preloaded) | set(res.misses))
         c = self.counters
         c.lookups += len(order)
         c.hits += len(res.hits)
-        for key in res.evicted:  # dropped off the compute thread; a later re-read of the key waits for it
-            bounds = tuple(self.layer_bound.get(key[0], ()))
-            if bounds:
-                f = self.dropper.submit(_drop_slices, key[1], bounds)
-                self.pending_drop[key] = f
-                self._recent_drops.append(f)
+        self._drop(res.evicted)  # no cache: the previous batch
         for e in res.misses:
             f = self.pending_drop.pop((il, e), None)
             if f is not None:
@@ -310,7 +315,23 @@ class StreamHook:
             self.routes.append(RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order}))
         c.mgmt_ns += time.perf_counter_ns() - t0
 
+    def _evict_now(self) -> None:
+        t0 = time.perf_counter_ns()
+        self._evict_due = False
+        self._drop(self.cache.evict_over_budget())
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _drop(self, evicted: list[tuple[int, int]]) -> None:
+        for key in evicted:  # dropped off the compute thread; a later re-read of the key waits for it
+            bounds = tuple(self.layer_bound.get(key[0], ()))
+            if bounds:
+                f = self.dropper.submit(_drop_slices, key[1], bounds)
+                self.pending_drop[key] = f
+                self._recent_drops.append(f)
+
     def take_counters(self) -> TokenCounters:
+        if self._evict_due:  # settle the last batch's evictions (normally done at its first wait)
+            self._evict_now()
         c, self.counters = self.counters, TokenCounters()
         drops, self._recent_drops = self._recent_drops, []
         for f in drops:  # an eviction that failed must not pass silently
