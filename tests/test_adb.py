@@ -209,7 +209,9 @@ def test_missing_serial_and_ambiguity_are_user_errors(second_device):
         AdbTarget(None)
 
 
-def test_device_that_disappears_mid_run_is_a_failed_run(second_device, tmp_path):
+def _run_until_adbd_dies(second_device, tmp_path: Path, args: list[str], timeout_s: float, outputs_of=None):
+    """Stage the fake engine on the second device, run it with args and kill that adbd 1.5 s in:
+    (target, staged engine path, outcome, stdout lines)."""
     serial, proc = second_device
     t = AdbTarget(serial)
     eng = tmp_path / "slow-engine.sh"
@@ -220,16 +222,16 @@ def test_device_that_disappears_mid_run_is_a_failed_run(second_device, tmp_path)
     killer = threading.Timer(1.5, proc.kill)
     killer.start()
     try:
-        out = t.run(
-            [remote, "sleep", "20"],
-            timeout_s=30,
-            outputs=[f"{t.run_dir()}/tokens.csv"],
-            out_dir=tmp_path / "out",
-            log_path=tmp_path / "log",
-            on_stdout_line=lines.append,
-        )
+        out = t.run([remote, *args], timeout_s=timeout_s, outputs=outputs_of(t) if outputs_of else [],
+                    out_dir=tmp_path / "out", log_path=tmp_path / "log1", on_stdout_line=lines.append)
     finally:
         killer.cancel()
+    return t, remote, out, lines
+
+
+def test_device_that_disappears_mid_run_is_a_failed_run(second_device, tmp_path):
+    t, _, out, lines = _run_until_adbd_dies(second_device, tmp_path, ["sleep", "20"], 30,
+                                            lambda t: [f"{t.run_dir()}/tokens.csv"])
     assert out.exit_code is None and not out.ok
     assert out.reason is not None and out.reason.startswith("device gone: 127.0.0.1:15556"), out.reason
     assert out.wall_s < 10
@@ -321,19 +323,7 @@ def test_engine_left_running_by_a_lost_device_is_killed_when_it_returns(second_d
     """adbd dies mid-run (the engine lives on, orphaned); once the device is back, the target's next
     run first kills that engine - checked by its run mark, so only that process - and logs it."""
     serial, proc = second_device
-    t = AdbTarget(serial)
-    eng = tmp_path / "spin-engine.sh"
-    eng.write_text(ENGINE)
-    eng.chmod(0o755)
-    remote = t.stage(eng, "engine")
-    lines: list[str] = []
-    killer = threading.Timer(1.5, proc.kill)
-    killer.start()
-    try:
-        out = t.run([remote, "spin"], timeout_s=120, outputs=[], out_dir=tmp_path / "out",
-                    log_path=tmp_path / "log1", on_stdout_line=lines.append)
-    finally:
-        killer.cancel()
+    t, remote, out, lines = _run_until_adbd_dies(second_device, tmp_path, ["spin"], 120)
     assert out.reason is not None and out.reason.startswith("device gone"), out.reason
     pid = int(next(ln for ln in lines if ln.startswith("engine pid")).split()[-1])
     proc.wait()
