@@ -132,15 +132,21 @@ def test_layer_partition_keeps_each_layer_near_its_share() -> None:
         assert have <= quota + 3 * EB[i], (i, have, quota)  # at most one batch (k = 3) over
 
 
-def test_aged_markov_learns_alternating_routing() -> None:
-    # each layer alternates between experts {0, 1} and {2, 3}; room for 12 entries (3 per layer):
-    # recency keeps the pair just used (wrong every time), the transition predictor keeps the other
+def _alternating_trace() -> RouteTrace:
+    """Each of 4 layers alternates between experts {0, 1} and {2, 3} over 80 tokens."""
     t = RouteTrace("alt", "", "test", 4, 8, 2, [100] * 4)
     for tok in range(80):
         for layer in range(4):
             ex = (0, 1) if tok % 2 == 0 else (2, 3)
             t.batches.append(Batch(layer, ex, tok, ex, (0, 0)))
     t.decode_tokens = 80
+    return t
+
+
+def test_aged_markov_learns_alternating_routing() -> None:
+    # room for 12 entries (3 per layer): recency keeps the pair just used (wrong every time), the
+    # transition predictor keeps the other
+    t = _alternating_trace()
     aged = replay(t, "aged", 1200).hits
     markov = replay(t, "aged-markov", 1200).hits
     assert markov > aged + 100
@@ -168,12 +174,7 @@ def test_preload_then_batches_keep_invariants(name: str) -> None:
 
 
 def test_markov_duel_learns_alternating_routing() -> None:
-    t = RouteTrace("alt", "", "test", 4, 8, 2, [100] * 4)
-    for tok in range(80):
-        for layer in range(4):
-            ex = (0, 1) if tok % 2 == 0 else (2, 3)
-            t.batches.append(Batch(layer, ex, tok, ex, (0, 0)))
-    t.decode_tokens = 80
+    t = _alternating_trace()
     # the used-now weight argues for the pair just used, the transition counts for the other one
     assert replay(t, "markov-duel", 1200).hits > replay(t, "aged", 1200).hits + 80
 

@@ -97,21 +97,21 @@ def _children(base_dir: Path) -> list[str]:
     return sorted(p.name for p in base_dir.iterdir() if p.name.startswith("bmoe-"))
 
 
+def _run_py(target: LocalTarget, code: str, tmp_path: Path):
+    """Run `python -c code` on the target: (outcome, stdout lines)."""
+    lines: list[str] = []
+    out = target.run([PY, "-c", code], timeout_s=60, outputs=[], out_dir=tmp_path, log_path=tmp_path / "log",
+                     on_stdout_line=lines.append)
+    return out, lines
+
+
 @needs_cgroup
 def test_allocation_past_the_cap_is_oom_killed_and_reported(tmp_path):
     target = LocalTarget(mem_cap_mib=64)
     base_dir = Path(target.describe()["cgroup"]["parent"])
     before = _children(base_dir)
     code = "import sys; print('start', flush=True); x = b'x' * (400 << 20); print('survived', len(x))"
-    lines: list[str] = []
-    out = target.run(
-        [PY, "-c", code],
-        timeout_s=60,
-        outputs=[],
-        out_dir=tmp_path,
-        log_path=tmp_path / "log",
-        on_stdout_line=lines.append,
-    )
+    out, lines = _run_py(target, code, tmp_path)
     assert out.oom_killed
     assert out.reason == "OOM-killed under the 64 MiB cap"
     assert out.exit_code is None and not out.ok
@@ -126,15 +126,7 @@ def test_allocation_under_the_cap_succeeds_and_reports_peak(tmp_path):
     base_dir = Path(target.describe()["cgroup"]["parent"])
     before = _children(base_dir)
     code = "x = b'x' * (100 << 20); print(len(x))"
-    lines: list[str] = []
-    out = target.run(
-        [PY, "-c", code],
-        timeout_s=60,
-        outputs=[],
-        out_dir=tmp_path,
-        log_path=tmp_path / "log",
-        on_stdout_line=lines.append,
-    )
+    out, lines = _run_py(target, code, tmp_path)
     assert out.ok and not out.oom_killed, out.reason
     assert lines == [str(100 << 20)]
     assert out.peak_mem_mib is not None and 100 <= out.peak_mem_mib <= 256

@@ -117,6 +117,31 @@ class _LazyMinHeap:
         return found
 
 
+def _phase_victim(heaps: list[_LazyMinHeap], head: list[tuple[float, Key] | None], dirty: set[int], cur: int,
+                  protected: set[Key], base: Sequence[float], phase: float) -> Key | None:
+    """The victim rule of the layer-aware policies (aged*, markov-duel): each layer's lowest-scored
+    entry (its cached head, re-read when the layer is dirty; the current layer skips the protected
+    batch), and among those the one maximising base[layer] + phase x (layer steps until the layer runs
+    again) / n_layer - score, so a tie goes to the layer that runs last. One number per layer."""
+    n = len(head)
+    if dirty:
+        none: set[Key] = set()
+        for layer in dirty:
+            head[layer] = heaps[layer].peek(none)
+        dirty.clear()
+    best: Key | None = None
+    best_s = -math.inf
+    for layer, top in enumerate(head):
+        if layer == cur:  # the batch's own layer: its protected entries are skipped, not cached
+            top = heaps[layer].peek(protected)
+        if top is None:
+            continue
+        s = base[layer] + phase * ((layer - cur) % n or n) / n - top[0]
+        if s > best_s:
+            best_s, best = s, top[1]
+    return best
+
+
 class LFU(Policy):
     """Least-frequently-used over the whole run: counts survive eviction (expert popularity is a
     property of the model and prompt, not of residency); ties go to the least recently used."""
@@ -323,24 +348,9 @@ class Aged(Policy):
         self._dirty.add(key[0])
 
     def victim(self, protected: set[Key]) -> Key | None:
-        n, cur, head = self._n_layer, self._cur, self._head
-        if self._dirty:
-            none: set[Key] = set()
-            for layer in self._dirty:
-                head[layer] = self._heaps[layer].peek(none)
-            self._dirty.clear()
-        best: Key | None = None
-        best_s = -math.inf
-        beta, opp = self._beta, self._opp
-        for layer, top in enumerate(head):
-            if layer == cur:  # the batch's own layer: its protected entries are skipped, not cached
-                top = self._heaps[layer].peek(protected)
-            if top is None:
-                continue
-            s = beta * opp[layer] + ((layer - cur) % n or n) / n - top[0]
-            if s > best_s:
-                best_s, best = s, top[1]
-        return best
+        beta = self._beta
+        return _phase_victim(self._heaps, self._head, self._dirty, self._cur, protected,
+                             [beta * o for o in self._opp], 1.0)
 
 
 class AgedDecay(Aged):
@@ -515,6 +525,7 @@ class MarkovDuel(Policy):
         self._heaps = [_LazyMinHeap() for _ in range(n)]
         self._head: list[tuple[float, Key] | None] = [None] * n
         self._dirty: set[int] = set()
+        self._zero = [0.0] * n  # no per-layer term in the victim rule
 
     def _grow(self, layer: int, e: int) -> None:
         size = self._src[layer].shape[0]
@@ -624,24 +635,7 @@ class MarkovDuel(Policy):
     def victim(self, protected: set[Key]) -> Key | None:
         if self._open >= 0:
             self._close()
-        n, cur, head = self._n, self._cur, self._head
-        if self._dirty:
-            none: set[Key] = set()
-            for layer in self._dirty:
-                head[layer] = self._heaps[layer].peek(none)
-            self._dirty.clear()
-        best: Key | None = None
-        best_s = -math.inf
-        ph = self.phase
-        for layer, top in enumerate(head):
-            if layer == cur:  # the batch's own layer: its protected entries are skipped, not cached
-                top = self._heaps[layer].peek(protected)
-            if top is None:
-                continue
-            s = ph * ((layer - cur) % n or n) / n - top[0]
-            if s > best_s:
-                best_s, best = s, top[1]
-        return best
+        return _phase_victim(self._heaps, self._head, self._dirty, self._cur, protected, self._zero, self.phase)
 
 
 class Belady(Policy):
