@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.formats.metrics_csv import read_metrics
+
 BMOE = [sys.executable, "-m", "harness.engine.cli"]
 PROMPT = "The expert cache keeps hot experts near."
 
@@ -23,23 +25,8 @@ class Run:
 
 
 def read_csv(path: Path) -> tuple[list[int], dict[str, float], dict[str, str]]:
-    tokens: list[int] = []
-    summary: dict[str, float] = {}
-    pre: dict[str, str] = {}
-    col = None
-    for line in path.read_text().splitlines():
-        if line.startswith("# summary "):
-            for kv in line[len("# summary "):].split():
-                k, _, v = kv.partition("=")
-                summary[k] = float(v)
-        elif line.startswith("# "):
-            k, _, v = line[2:].partition("=")
-            pre[k] = v
-        elif col is None:
-            col = line.split(",").index("token_id")
-        else:
-            tokens.append(int(line.split(",")[col]))
-    return tokens, summary, pre
+    m = read_metrics(path)
+    return m.token_ids(), m.summary(), m.meta
 
 
 def bmoe(model: Path | str, *flags: str, n: int = 24, tmp: Path, env: dict[str, str] | None = None,

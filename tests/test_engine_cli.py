@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from engine_helpers import BMOE, bmoe
 
-from harness.engine.metrics import COLUMNS
+from harness.formats.metrics_csv import COLUMNS
 from harness.synth import ModelSpec, make_model
 
 pytestmark = pytest.mark.engine

@@ -24,11 +24,9 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
+from harness.formats.progress import parse_progress
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
-
-PROGRESS_PREFIX = "BMOE_PROGRESS "
-
 
 def plan_record(plan: Plan) -> dict:
     """Everything that defines the runs (hashed: a resumed folder must have the same plan)."""
@@ -164,16 +162,6 @@ def _version_target(target: Target, argv0: list[str]) -> str:
     if out.ok and lines:
         return lines[0]
     return f"unknown ({out.reason or 'no output'} for --version)"
-
-
-def parse_progress(line: str) -> dict | None:
-    if not line.startswith(PROGRESS_PREFIX):
-        return None
-    try:
-        d = json.loads(line[len(PROGRESS_PREFIX):])
-    except json.JSONDecodeError:
-        return None
-    return d if isinstance(d, dict) else None
 
 
 def new_manifest(plan: Plan, rec: dict, target_desc: dict, res: Resolved, t: float) -> dict:
@@ -326,7 +314,7 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
         if Path(csv_local) != dest:
             Path(csv_local).replace(dest)
         if reason is None:
-            from harness.report.metrics import read_metrics
+            from harness.formats.metrics_csv import read_metrics
 
             try:
                 mt = read_metrics(dest)

@@ -68,7 +68,9 @@ def run(argv: list[str]) -> int:
     from harness.engine.gguf_layout import load_layout
 
     layout = load_layout(cfg.model)
-    from harness.engine.metrics import CsvSink, RouteTraceWriter, progress_line
+    from harness.engine.metrics import RouteTraceWriter
+    from harness.formats.metrics_csv import MetricsWriter, TokenRow
+    from harness.formats.progress import progress_line
     from harness.engine.session import Session
 
     corrupt = None
@@ -92,14 +94,14 @@ def run(argv: list[str]) -> int:
             sys.stderr.write(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                              "text is meaningless; timings and bytes are the point\n")
         if cfg.csv:
-            csv = CsvSink(cfg.csv, sess.preamble())
+            csv = MetricsWriter(cfg.csv, sess.preamble())
         if cfg.route_trace:
             trace = RouteTraceWriter(cfg.route_trace, cfg.model, layout.arch, layout.n_layer, layout.n_expert,
                                      sess.k_requested, layout.expert_bytes_per_layer(), layout.dense_bytes_by_layer)
 
         interrupt.check()  # a Ctrl-C during the load
 
-        def on_token(row: dict, text: str) -> None:
+        def on_token(row: TokenRow, text: str) -> None:
             interrupt.check()
             if cfg.progress:
                 sys.stdout.write(progress_line(row, text) + "\n")

@@ -17,9 +17,10 @@ from harness.engine.cache import ExpertCache, budget_problem, token_cycle_bytes
 from harness.engine.config import EngineConfig
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook
-from harness.engine.metrics import UNMEASURED, CsvSink, RouteTraceWriter, Summary
+from harness.engine.metrics import RouteTraceWriter
 from harness.engine.reader import SliceReader
 from harness.errors import UserError
+from harness.formats.metrics_csv import UNMEASURED, MetricsWriter, Summary, TokenRow
 
 MIB = 1048576
 AUTO_HEADROOM_MIB = 256
@@ -285,7 +286,7 @@ class Session:
         p["units"] = "ms, bytes, MiB; -1 = unmeasured"
         return p
 
-    def run(self, on_token: Callable[[dict, str], None] | None = None, csv: CsvSink | None = None,
+    def run(self, on_token: Callable[[TokenRow, str], None] | None = None, csv: MetricsWriter | None = None,
             trace: RouteTraceWriter | None = None) -> RunResult:
         cfg, hook = self.cfg, self.hook
         res = RunResult()
@@ -332,18 +333,18 @@ class Session:
                 s.n_decode += 1
                 row = self._row(step, wall, loop_ms, tok)
                 majflt, cpu = sysstats.rusage()
-                row["majflt"] = majflt - majflt0
-                row["majflt_mib"] = round((majflt - majflt0) * 4096 / MIB, 3)
-                row["cpu_ms"] = (cpu - cpu0) * 1e3
+                row.majflt = majflt - majflt0
+                row.majflt_mib = round((majflt - majflt0) * 4096 / MIB, 3)
+                row.cpu_ms = (cpu - cpu0) * 1e3
                 majflt0, cpu0 = majflt, cpu
                 if self.cache is None:
                     io = sysstats.proc_io_read_bytes()
-                    row["read_bytes"] = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED
+                    row.read_bytes = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED
                     io0 = io
-                    if row["read_bytes"] != UNMEASURED:
-                        s.read_bytes += int(row["read_bytes"])
+                    if row.read_bytes != UNMEASURED:
+                        s.read_bytes += row.read_bytes
                 else:
-                    s.read_bytes += int(row["read_bytes"])
+                    s.read_bytes += row.read_bytes
                     if trace:
                         trace.events(0, step, hook.routes)
                         hook.routes.clear()
@@ -372,22 +373,19 @@ class Session:
             res.odirect_note = self.reader.odirect_refused
         return res
 
-    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int) -> dict[str, object]:
+    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int) -> TokenRow:
         cfg, hook = self.cfg, self.hook
-        r: dict[str, object] = {"step": step, "steps": cfg.n_predict, "wall_ms": wall_s * 1e3, "turn": 0,
-                                "loop_overhead_ms": loop_ms, "token_id": tok, "dense_resident_frac": UNMEASURED}
+        r = TokenRow(step=step, steps=cfg.n_predict, wall_ms=wall_s * 1e3, turn=0, loop_overhead_ms=loop_ms,
+                     token_id=tok)
         if hook and self.cache is not None:
             c = hook.take_counters()
-            stall, mgmt = c.stall_ns / 1e6, c.mgmt_ns / 1e6
-            r.update(io_ms=c.io_ns / 1e6, stall_ms=stall, mgmt_ms=mgmt, compute_ms=wall_s * 1e3 - stall - mgmt,
-                     read_bytes=c.read_bytes)
-            assert self.cache is not None
-            r["cache_hit_pct"] = self.cache.stats.hit_pct if self.cache.enabled else UNMEASURED
-            r["cache_budget_mib"] = self.cache.budget / MIB
-        else:
-            r.update(io_ms=UNMEASURED, stall_ms=UNMEASURED, mgmt_ms=UNMEASURED, compute_ms=UNMEASURED,
-                     cache_hit_pct=UNMEASURED, cache_budget_mib=UNMEASURED)
+            r.stall_ms, r.mgmt_ms = c.stall_ns / 1e6, c.mgmt_ns / 1e6
+            r.io_ms = c.io_ns / 1e6
+            r.compute_ms = wall_s * 1e3 - r.stall_ms - r.mgmt_ms
+            r.read_bytes = c.read_bytes
+            r.cache_hit_pct = self.cache.stats.hit_pct if self.cache.enabled else UNMEASURED
+            r.cache_budget_mib = self.cache.budget / MIB
         ps, mi = sysstats.proc_status(), sysstats.meminfo()
-        r.update(rss_mib=ps["VmRSS"], rss_anon_mib=ps["RssAnon"], rss_file_mib=ps["RssFile"], swap_mib=ps["VmSwap"],
-                 mem_available_mib=mi["MemAvailable"], mem_free_mib=mi["MemFree"], swap_free_mib=mi["SwapFree"])
+        r.rss_mib, r.rss_anon_mib, r.rss_file_mib, r.swap_mib = ps["VmRSS"], ps["RssAnon"], ps["RssFile"], ps["VmSwap"]
+        r.mem_available_mib, r.mem_free_mib, r.swap_free_mib = mi["MemAvailable"], mi["MemFree"], mi["SwapFree"]
         return r

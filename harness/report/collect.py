@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.campaigns import store
 from harness.errors import UserError
-from harness.report.metrics import Metrics, read_metrics
+from harness.formats.metrics_csv import Metrics, read_metrics
 
 
 @dataclass

@@ -1,0 +1,240 @@
+"""`bmoe_metrics v2`: the per-token CSV both engines write and the report reads.
+
+Layout: a `# bmoe_metrics v2` line, `# key=value` preamble lines (engine version, every resolved knob),
+a header, one row per token, and a `# summary k=v ...` line after each generation. The schema is
+`TokenRow`: its fields are the columns, in order, with their units in the names. `compute_ms` is the
+residual wall - stall - mgmt (the writer's preamble says so). A value that was not measured is written
+as -1, never 0, and read back as NaN. Readers go by column name: older files and the C++ engine's have
+fewer columns, and may have no preamble.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import astuple, dataclass, field, fields
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import UserError
+
+FORMAT = "bmoe_metrics"
+VERSION = 2
+READABLE = ("v1", "v2")
+UNMEASURED = -1
+
+
+@dataclass
+class TokenRow:
+    """One decoded token. Times in ms, sizes in bytes or MiB as named; -1 = unmeasured."""
+
+    step: int
+    steps: int
+    wall_ms: float
+    io_ms: float = UNMEASURED
+    compute_ms: float = UNMEASURED
+    read_bytes: int = UNMEASURED
+    cache_hit_pct: float = UNMEASURED
+    stall_ms: float = UNMEASURED
+    mgmt_ms: float = UNMEASURED
+    majflt: int = UNMEASURED
+    cpu_ms: float = UNMEASURED
+    dense_resident_frac: float = UNMEASURED
+    turn: int = 0
+    majflt_mib: float = UNMEASURED
+    cache_budget_mib: float = UNMEASURED
+    rss_mib: float = UNMEASURED
+    rss_anon_mib: float = UNMEASURED
+    rss_file_mib: float = UNMEASURED
+    swap_mib: float = UNMEASURED
+    mem_available_mib: float = UNMEASURED
+    mem_free_mib: float = UNMEASURED
+    swap_free_mib: float = UNMEASURED
+    loop_overhead_ms: float = UNMEASURED
+    token_id: int = UNMEASURED
+
+
+COLUMNS: list[str] = [f.name for f in fields(TokenRow)]
+REQUIRED = ("step", "wall_ms")
+KEEP_MINUS_ONE = ("step", "steps", "turn")  # -1 is a value here, not "unmeasured"
+
+
+def escape(v: object) -> str:
+    """Preamble values stay on one line: backslash, CR and LF are escaped."""
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _fmt(v: object) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+@dataclass
+class Summary:
+    """The end-of-generation summary: the `# summary` line's fields, and the engine's stderr line."""
+
+    n_decode: int = 0
+    decode_s: float = 0.0
+    n_prompt: int = 0
+    prefill_s: float = 0.0
+    ttft_s: float = 0.0
+    load_s: float = 0.0
+    read_bytes: int = 0
+    hit_pct: float | None = None
+    cache_resident_mib: float | None = None
+    evictions: int | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.n_decode / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.n_prompt / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    def fields(self) -> dict[str, object]:
+        d: dict[str, object] = {
+            "decode_tok_s": round(self.decode_tok_s, 4),
+            "prefill_tok_s": round(self.prefill_tok_s, 4),
+            "ttft_ms": round(self.ttft_s * 1e3, 3),
+            "load_ms": round(self.load_s * 1e3, 3),
+            "n_prompt": self.n_prompt,
+            "n_decode": self.n_decode,
+            "mib_read_per_token": round(self.read_bytes / 1048576 / max(self.n_decode, 1), 4),
+            "hit_pct": UNMEASURED if self.hit_pct is None else round(self.hit_pct, 3),
+            "cache_resident_mib": UNMEASURED if self.cache_resident_mib is None else round(self.cache_resident_mib, 3),
+            "evictions": UNMEASURED if self.evictions is None else self.evictions,
+        }
+        d.update(self.extra)
+        return d
+
+    def human(self) -> str:
+        f = self.fields()
+        parts = [
+            f"decode {f['decode_tok_s']:.2f} tok/s ({self.n_decode} tokens)",
+            f"prefill {f['prefill_tok_s']:.2f} tok/s ({self.n_prompt} tokens)",
+            f"TTFT {f['ttft_ms']:.0f} ms",
+            f"load {f['load_ms']:.0f} ms",
+            f"{f['mib_read_per_token']:.2f} MiB read/token",
+        ]
+        if self.hit_pct is not None:
+            parts.append(f"hit {self.hit_pct:.1f}%")
+            parts.append(f"cache resident {self.cache_resident_mib:.0f} MiB")
+            parts.append(f"{self.evictions} evictions")
+        return "bmoe: " + ", ".join(parts)
+
+
+class MetricsWriter:
+    """Writes the preamble at open, one row per token (line-buffered: a killed engine leaves whole rows),
+    and a `# summary` line per generation."""
+
+    def __init__(self, path: str | Path, preamble: dict[str, object]):
+        self.path = str(path)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self.f: IO[str] = open(self.path, "w", buffering=1)
+        self.f.write(f"# {FORMAT} v{VERSION}\n")
+        for k, v in preamble.items():
+            self.f.write(f"# {k}={escape(v)}\n")
+        self.f.write(",".join(COLUMNS) + "\n")
+
+    def row(self, r: TokenRow) -> None:
+        self.f.write(",".join(_fmt(v) for v in astuple(r)) + "\n")
+
+    def summary(self, s: Summary) -> None:
+        self.f.write("# summary " + " ".join(f"{k}={v}" for k, v in s.fields().items()) + "\n")
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Metrics:
+    """A metrics CSV as read: its format line, preamble, token rows (-1 as NaN) and summaries."""
+
+    path: str
+    format: str | None  # "bmoe_metrics v2", or None for a file without a preamble
+    meta: dict[str, str] = field(default_factory=dict)
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summaries: list[dict[str, str]] = field(default_factory=list)
+
+    def col(self, name: str) -> np.ndarray | None:
+        """A column as floats (NaN where unmeasured), or None when the file has no such column."""
+        if name not in self.rows.columns:
+            return None
+        return self.rows[name].to_numpy(dtype=float)
+
+    def wall_ms(self, warmup: int = 0) -> np.ndarray:
+        return self.rows["wall_ms"].to_numpy(dtype=float)[warmup:]
+
+    def token_ids(self) -> list[int]:
+        """The generated token ids in order (bmoe's own files; empty when the column is absent)."""
+        if "token_id" not in self.rows.columns:
+            return []
+        return [int(x) for x in self.rows["token_id"].to_numpy(dtype=float)]
+
+    def summary(self, i: int = -1) -> dict[str, float]:
+        """One `# summary` line's fields as numbers (the last one by default)."""
+        if not self.summaries:
+            raise UserError(f"{self.path}: no '# summary' line: the engine did not finish this generation")
+        return {k: float(v) for k, v in self.summaries[i].items()}
+
+
+def _kv(text: str) -> dict[str, str]:
+    out = {}
+    for tok in text.split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            out[k] = v
+    return out
+
+
+def parse_metrics(text: str, path: str = "<text>") -> Metrics:
+    fmt: str | None = None
+    meta: dict[str, str] = {}
+    summaries: list[dict[str, str]] = []
+    body: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            s = line[1:].strip()
+            if s.startswith(FORMAT):
+                fmt = s
+            elif s.startswith("summary"):
+                summaries.append(_kv(s[len("summary"):]))
+            elif "=" in s:
+                k, v = s.split("=", 1)
+                meta[k.strip()] = v.strip()
+            continue
+        if line.strip():
+            body.append(line)
+    if fmt is not None and fmt.split()[-1] not in READABLE:
+        raise UserError(f"{path}: {fmt} is newer than this bmoe-bench reads (v{VERSION}); upgrade bmoe")
+    if not body:
+        raise UserError(f"{path}: no header or rows: not a metrics CSV, or the engine wrote nothing")
+    try:
+        df = pd.read_csv(io.StringIO("\n".join(body)))
+    except (pd.errors.ParserError, ValueError) as e:
+        raise UserError(f"{path}: unreadable CSV body ({str(e).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise UserError(f"{path}: no {missing[0]} column: not a bmoe_metrics CSV")
+    for c in df.columns:
+        if c not in KEEP_MINUS_ONE and pd.api.types.is_numeric_dtype(df[c]):
+            df[c] = df[c].astype(float).where(df[c] != -1, np.nan)
+    return Metrics(path=path, format=fmt, meta=meta, rows=df, summaries=summaries)
+
+
+def read_metrics(path: Path | str) -> Metrics:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    return parse_metrics(text, str(path))
