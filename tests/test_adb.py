@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.adb import sh_join
 from harness.errors import UserError
 from harness.targets import Target
-from harness.targets.adb import AdbTarget, sh_join
+from harness.targets.adb import AdbTarget
 
 SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
 pytestmark = [
@@ -64,7 +65,7 @@ def _run(t: AdbTarget, argv: list[str], tmp: Path, **kw):
 
 
 def _remote_alive(t: AdbTarget, pid: int) -> bool:
-    code, out, _ = t.shell(f"kill -0 {pid} 2>/dev/null && ! grep -q '^State:.*Z' /proc/{pid}/status")
+    code, out, _ = t.device.shell(f"kill -0 {pid} 2>/dev/null && ! grep -q '^State:.*Z' /proc/{pid}/status")
     return code == 0
 
 
@@ -100,13 +101,13 @@ def test_stage_pushes_once_verifies_and_repushes_a_changed_file(target, tmp_path
     remote = target.stage(f, "model")
     assert remote == "/data/local/tmp/bmoe/model.gguf"
     assert target.stage_log[-1] == (remote, "pushed")
-    assert target.remote_size(remote) == f.stat().st_size
+    assert target.device.remote_size(remote) == f.stat().st_size
     assert Path(remote).read_bytes() == f.read_bytes()  # the device is this machine: check the bytes too
-    inode = target.shell(sh_join(["stat", "-c", "%i", remote]))[1]
+    inode = target.device.shell(sh_join(["stat", "-c", "%i", remote]))[1]
 
     assert target.stage(f, "model") == remote
     assert target.stage_log[-1] == (remote, "unchanged")
-    assert target.shell(sh_join(["stat", "-c", "%i", remote]))[1] == inode  # not rewritten
+    assert target.device.shell(sh_join(["stat", "-c", "%i", remote]))[1] == inode  # not rewritten
 
     data = bytearray(f.read_bytes())
     data[1000] ^= 0xFF  # same size, different content
@@ -118,14 +119,14 @@ def test_stage_pushes_once_verifies_and_repushes_a_changed_file(target, tmp_path
 
 
 def test_stage_refuses_when_the_device_is_short_of_space(target, tmp_path):
-    free_kib = target.free_kib(target.device_dir)
+    free_kib = target.device.free_kib(target.device_dir)
     big = tmp_path / "huge.gguf"
     with open(big, "wb") as fh:  # sparse: bigger than the device's free space, cheap here
         fh.truncate((free_kib + 1024) * 1024)
     with pytest.raises(UserError, match=r"model huge.gguf: needs \d+ MiB free in /data/local/tmp/bmoe"):
         target.stage(big, "model")
-    assert target.remote_size(f"{target.device_dir}/huge.gguf") is None
-    assert target.remote_size(f"{target.device_dir}/huge.gguf.part") is None
+    assert target.device.remote_size(f"{target.device_dir}/huge.gguf") is None
+    assert target.device.remote_size(f"{target.device_dir}/huge.gguf.part") is None
 
 
 def test_run_streams_logs_and_pulls(target, engine, tmp_path):
@@ -137,7 +138,7 @@ def test_run_streams_logs_and_pulls(target, engine, tmp_path):
         f'BMOE_PROGRESS {{"token": {i}}}' for i in (1, 2, 3)
     ]
     assert out.fetched[csv].read_text() == "token,wall_s\n1,0.1\n"
-    assert target.remote_size(csv) is None  # pulled outputs in the run dir are moved, not copied
+    assert target.device.remote_size(csv) is None  # pulled outputs in the run dir are moved, not copied
     log = (tmp_path / "run.log").read_text()
     assert "a warning" in log and 'BMOE_PROGRESS {"token": 3}' in log
     assert out.remote_pid is not None and f"engine pid {out.remote_pid}" in lines

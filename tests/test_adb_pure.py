@@ -1,4 +1,4 @@
-"""The adb target's pure parts, without a device: device choice, quoting, df/sha256 parsing, the shell v2
+"""harness.adb's pure parts, without a device: device choice, quoting, df/sha256 parsing, the shell v2
 frame decoder, the sha256 fallback script."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import adb
 from harness.errors import UserError
-from harness.targets import adb
 
 
 def test_choose_serial_by_argument_env_or_single():
@@ -119,9 +119,9 @@ def test_v2_stream_decodes_split_frames_into_lines_and_exit_code():
 
 
 def test_adb_exit_reason():
-    assert adb._adb_exit_reason(3, "x\nmodel missing\n") == "engine exited 3: model missing"
-    assert adb._adb_exit_reason(137, "") == "engine exited 137 (killed by SIGKILL?)"
-    assert adb._adb_exit_reason(1, "") == "engine exited 1"
+    assert adb.exit_reason(3, "x\nmodel missing\n") == "engine exited 3: model missing"
+    assert adb.exit_reason(137, "") == "engine exited 137 (killed by SIGKILL?)"
+    assert adb.exit_reason(1, "") == "engine exited 1"
 
 
 def _toybox_shim(bindir: Path) -> None:

@@ -73,7 +73,7 @@ def make_target(plan: Plan) -> Target:
         from harness.targets.local import LocalTarget
 
         return LocalTarget(mem_cap_mib=t.mem_cap_mib, drop_caches=t.drop_caches)
-    from harness.targets.adb import AdbTarget  # H4's module; imported only for adb campaigns
+    from harness.targets.adb import AdbTarget  # imported only for adb campaigns (adbutils)
 
     return AdbTarget(serial=t.serial)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from harness.targets.adb import device_summaries, format_devices
+from harness.adb import device_summaries, format_devices
 
 
 def register(app: typer.Typer) -> None:

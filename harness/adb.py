@@ -1,0 +1,560 @@
+"""Android devices over adbutils: connect, push (size and sha256 checked), run with exit codes and kill
+by PID, pull, and device-state reads. An Android phone, or in tests a real adbd on loopback.
+
+Every command sent to the device is built by `sh_join` (shlex.quote on every word), so a prompt or a
+path from a campaign can never be read as shell. `Device.push` copies a file only when its size or
+sha256 on the device differs, after a free-space check, to a temporary name then renamed, and verifies
+it after the copy. `Device.run` runs
+
+    cd CWD && timeout -k 5 N sh -c 'echo $$ > PIDFILE && exec "$@"' sh ARGV...
+
+over adb's shell v2 protocol (separate stdout/stderr, exit code): the process's own PID is in PIDFILE,
+so on Ctrl-C or a host-side timeout it is killed by PID (adb's socket timeout alone leaves it running).
+A device that goes away mid-run gives a `ShellRun` whose `gone` says why, not an error. The process may
+still be running there (adbd gone, or the USB link): the device remembers it, and before its next run
+(or at `reap_orphans`) kills it if the device is back, so a run never shares the device with a leftover
+process. The process runs with BMOE_RUN_MARK=PIDFILE in its environment, and only a process carrying
+that mark is killed (a PID reused meanwhile is left alone); the run's log says so.
+
+`harness.targets.adb.AdbTarget` builds the campaign runner's Target on this; `bmoe-bench devices` uses
+`device_summaries` and `format_devices`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import shlex
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import adbutils
+from adbutils import AdbClient, AdbDevice
+
+from harness.errors import UserError
+from harness.targets import devstate
+
+LineCallback = Callable[[str], None]
+
+SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the device after a push
+_SHORT_TIMEOUT_S = 60.0
+_HASH_TIMEOUT_S = 3600.0  # sha256 of a 60 GB model on a phone takes a few minutes
+_HOST_GRACE_S = 15.0  # host-side deadline beyond the device-side `timeout`
+_counter = itertools.count()
+
+# exceptions meaning the adb server or the device connection failed
+ADB_ERRORS = (adbutils.AdbError, OSError, EOFError)
+
+
+def sh_join(words: list[str] | tuple[str, ...]) -> str:
+    """One shell command line in which every word is a literal (shlex.quote on each)."""
+    return " ".join(shlex.quote(str(w)) for w in words)
+
+
+# ---- pure helpers --------------------------------------------------------------------------------------
+
+
+def choose_serial(devices: list[tuple[str, str]], serial: str | None, env_serial: str | None) -> str:
+    """Pick the device to use from `adb devices` (serial, state) pairs: the given serial, else
+    $ANDROID_SERIAL, else the only device in state "device". UserError listing them otherwise."""
+    listing = ", ".join(f"{s} ({st})" for s, st in devices) or "none"
+    want = serial or env_serial
+    if want:
+        states = {s: st for s, st in devices}
+        src = "target serial" if serial else "ANDROID_SERIAL"
+        if want not in states:
+            raise UserError(f"{src} {want}: no such adb device (adb devices lists: {listing})")
+        if states[want] != "device":
+            raise UserError(f"{src} {want}: adb device is {states[want]}, not ready (adb devices lists: {listing})")
+        return want
+    ready = [s for s, st in devices if st == "device"]
+    if not ready:
+        raise UserError(f"no adb device ready (adb devices lists: {listing}); connect one or set its serial")
+    if len(ready) > 1:
+        raise UserError(f"several adb devices ({listing}); set the campaign's target serial to one of them")
+    return ready[0]
+
+
+def parse_df_available_kib(text: str) -> int | None:
+    """Available KiB from `df -Pk DIR` output (POSIX format: header, then one line)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) < 2:
+        return None
+    fields = " ".join(lines[1:]).split()  # a long filesystem name may wrap onto two lines
+    return int(fields[3]) if len(fields) >= 6 and fields[3].isdigit() else None
+
+
+def parse_sha256(text: str) -> str | None:
+    m = re.match(r"\s*([0-9a-fA-F]{64})\b", text)
+    return m.group(1).lower() if m else None
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def exit_reason(code: int, stderr_tail: str) -> str:
+    """The one-line reason for a non-zero exit over adb. Exit codes there are 8-bit; 128+N usually means
+    killed by signal N (137: SIGKILL, which on a phone is often the low-memory killer)."""
+    head = f"engine exited {code}"
+    if 128 < code < 128 + 32:
+        try:
+            head += f" (killed by {signal.Signals(code - 128).name}?)"
+        except ValueError:
+            pass
+    tail = _last_line(stderr_tail)
+    return f"{head}: {tail}" if tail else head
+
+
+def _last_line(text: str, limit: int = 200) -> str:
+    for line in reversed(text.splitlines()):
+        s = line.strip()
+        if s:
+            return s if len(s) <= limit else s[: limit - 3] + "..."
+    return ""
+
+
+def _one_line(e: BaseException) -> str:
+    return _last_line(str(e)) or type(e).__name__
+
+
+# The device description in one round trip; constant text. getprop is absent on a Linux adbd.
+_DESCRIBE_SCRIPT = r"""for p in ro.product.manufacturer ro.product.model ro.product.device ro.board.platform \
+  ro.soc.model ro.build.version.release ro.build.version.sdk ro.product.cpu.abi; do
+  echo "$p=$(getprop "$p" 2>/dev/null)"
+done
+echo "uname=$(uname -srm 2>/dev/null)"
+echo "cpus=$(grep -c '^processor' /proc/cpuinfo 2>/dev/null)"
+echo "hardware=$(grep -m1 -E '^(Hardware|model name)' /proc/cpuinfo 2>/dev/null | cut -d: -f2-)"
+"""
+
+# Hash of one file ($1): sha256sum where present, else toybox's.
+_SHA256_SCRIPT = r"""if command -v sha256sum >/dev/null 2>&1; then exec sha256sum "$1"
+elif command -v toybox >/dev/null 2>&1; then exec toybox sha256sum "$1"
+else echo "no sha256sum or toybox on the device" >&2; exit 127; fi"""
+
+# Run a process with its PID in $0; the rest of the words are its argv.
+_PID_WRAPPER = 'export BMOE_RUN_MARK="$0" && echo $$ > "$0" && exec "$@"'
+# kill the process in pidfile $1 only if it carries the run's mark; print its PID if killed
+_REAP = (
+    'p=$(cat "$1" 2>/dev/null) || exit 0; '
+    'if [ -n "$p" ] && tr "\\000" "\\n" 2>/dev/null < "/proc/$p/environ" | grep -qxF -- "BMOE_RUN_MARK=$1"; '
+    'then kill -KILL "$p" && echo "$p"; fi; rm -f "$1"'
+)
+
+
+class DeviceGone(Exception):
+    """The device or the adb server stopped answering."""
+
+
+@dataclass
+class ShellRun:
+    """One process run on the device by `Device.run`."""
+
+    exit_code: int | None  # None when no exit code came back (device gone, timed out)
+    wall_s: float  # from the start of the command to its end, measured on the host
+    pid: int | None  # the process's PID on the device, if it was read
+    gone: str | None = None  # why the device stopped answering mid-run, if it did
+    timed_out: bool = False  # killed after timeout_s (on the device, or from the host)
+    stderr_tail: str = ""  # the last stderr lines, for a one-line reason
+
+
+class Device:
+    """One adb device, chosen by serial (else $ANDROID_SERIAL, else the only one ready), through the adb
+    server at host:port (adbutils starts a local one if none is running)."""
+
+    def __init__(self, serial: str | None = None, *, host: str = "127.0.0.1", port: int = 5037):
+        self.client = AdbClient(host=host, port=port)
+        try:
+            infos = [(d.serial, d.state) for d in self.client.list()]
+        except ADB_ERRORS as e:
+            raise UserError(f"adb is not usable: {_one_line(e)}") from e
+        self.serial = choose_serial(infos, serial, os.environ.get("ANDROID_SERIAL"))
+        self._dev: AdbDevice = self.client.device(serial=self.serial)
+        self._hash_cache: dict[tuple[str, int, int], str] = {}
+        self._orphans: list[str] = []  # pidfiles of runs that lost the device while their process ran
+
+    # ---- commands --------------------------------------------------------------------------------------
+
+    def shell(self, cmd: str, timeout: float = _SHORT_TIMEOUT_S) -> tuple[int, str, str]:
+        """Run one already-quoted command line; (exit code, stdout, stderr). Raises DeviceGone."""
+        try:
+            r = self._dev.shell2(cmd, timeout=timeout, v2=True)
+        except ADB_ERRORS as e:
+            raise DeviceGone(self.gone_reason(e)) from e
+        return r.returncode, r.stdout, r.stderr
+
+    def shell_ok(self, cmd: str, what: str, timeout: float = _SHORT_TIMEOUT_S) -> str:
+        """stdout of a command that must succeed; UserError "cannot <what>: ..." otherwise."""
+        try:
+            code, out, err = self.shell(cmd, timeout)
+        except DeviceGone as e:
+            raise UserError(f"adb device {self.serial}: cannot {what}: {e}") from e
+        if code != 0:
+            raise UserError(f"adb device {self.serial}: cannot {what}: {_last_line(err or out) or f'exit {code}'}")
+        return out
+
+    @staticmethod
+    def script(script: str, *args: str) -> str:
+        """The command line running a constant sh script with literal arguments $1..."""
+        return sh_join(["sh", "-c", script, "sh", *args])
+
+    def gone_reason(self, e: BaseException | None = None) -> str:
+        """Why the device is not answering, from what adb lists now."""
+        try:
+            states = {d.serial: d.state for d in self.client.list()}
+        except ADB_ERRORS as le:
+            return f"adb server not answering ({_one_line(le)})"
+        st = states.get(self.serial)
+        if st is None:
+            return f"{self.serial} is no longer listed by adb"
+        if st != "device":
+            return f"{self.serial} is {st}"
+        return f"{self.serial}: {_one_line(e) if e else 'connection lost'}"
+
+    # ---- device-state reads ----------------------------------------------------------------------------
+
+    def describe(self) -> dict:
+        """What the device is: build properties (None on a Linux adbd), kernel, CPUs, memory."""
+        out = self.shell_ok(self.script(_DESCRIBE_SCRIPT), what="describe the device")
+        kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        props = {k: (v.strip() or None) for k, v in kv.items()}
+        mem = devstate.parse_meminfo(self.shell(sh_join(["cat", "/proc/meminfo"]))[1])
+        cpus = props.get("cpus")
+        return {
+            "kind": "adb",
+            "serial": self.serial,
+            "manufacturer": props.get("ro.product.manufacturer"),
+            "model": props.get("ro.product.model"),
+            "device": props.get("ro.product.device"),
+            "platform": props.get("ro.board.platform") or props.get("ro.soc.model"),
+            "android_release": props.get("ro.build.version.release"),
+            "sdk": props.get("ro.build.version.sdk"),
+            "abi": props.get("ro.product.cpu.abi"),
+            "kernel": props.get("uname"),
+            "hardware": props.get("hardware"),
+            "cpus": int(cpus) if cpus and cpus.isdigit() else None,
+            "mem_total_mib": mem["mem_total_mib"],
+        }
+
+    def sample_state(self) -> dict:
+        """One device-state sample in one shell round trip. If the device is gone, the sample has no
+        readings (None/empty) and an "error" key with the reason."""
+        t = time.time()
+        try:
+            _, out, _ = self.shell(self.script(devstate.STATE_SCRIPT), timeout=10.0)
+        except DeviceGone as e:
+            s = devstate.parse_state_dump("", t=t)
+            s["error"] = f"device gone: {e}"
+            return s
+        return devstate.parse_state_dump(out, t=t)
+
+    def drop_caches(self) -> bool:
+        """Drop the device's page cache: only possible on a rooted device (adb root); False otherwise."""
+        try:
+            code, _, _ = self.shell("sync && echo 3 > /proc/sys/vm/drop_caches")
+        except DeviceGone:
+            return False
+        return code == 0
+
+    def remote_size(self, path: str) -> int | None:
+        code, out, _ = self.shell(sh_join(["stat", "-c", "%s", path]))
+        s = out.strip()
+        return int(s) if code == 0 and s.isdigit() else None
+
+    def remote_sha256(self, path: str) -> str | None:
+        code, out, err = self.shell(self.script(_SHA256_SCRIPT, path), timeout=_HASH_TIMEOUT_S)
+        if code == 127:
+            raise UserError(f"adb device {self.serial}: {_last_line(err)}")
+        return parse_sha256(out) if code == 0 else None
+
+    def free_kib(self, path: str) -> int | None:
+        code, out, _ = self.shell(sh_join(["df", "-Pk", path]))
+        return parse_df_available_kib(out) if code == 0 else None
+
+    # ---- files -----------------------------------------------------------------------------------------
+
+    def _local_sha256(self, p: Path) -> str:
+        st = p.stat()
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in self._hash_cache:
+            self._hash_cache[key] = file_sha256(p)
+        return self._hash_cache[key]
+
+    def push(self, local: Path, remote: str, kind: str, *, executable: bool = False) -> str:
+        """Copy local to the path remote on the device unless a file of the same size and sha256 is
+        there already: "unchanged" or "pushed". Checks free space first (with a margin), writes
+        remote.part then renames it, and verifies size and sha256 after. kind names the file in errors."""
+        p = Path(local)
+        if not p.is_file():
+            raise UserError(f"{kind}: {p} does not exist or is not a file")
+        size = p.stat().st_size
+        want = self._local_sha256(p)
+        parent = remote.rsplit("/", 1)[0] or "/"
+        try:
+            have_size = self.remote_size(remote)
+            if have_size == size and self.remote_sha256(remote) == want:
+                return "unchanged"
+            free = self.free_kib(parent)
+            need = -(-size // 1024) + SPACE_MARGIN_KIB - (have_size or 0) // 1024
+            if free is None:
+                raise UserError(f"adb device {self.serial}: cannot read free space of {parent} (df)")
+            if free < need:
+                raise UserError(
+                    f"{kind} {p.name}: needs {need / 1024:.0f} MiB free in {parent} on {self.serial} "
+                    f"(including a {SPACE_MARGIN_KIB // 1024} MiB margin), only {free / 1024:.0f} MiB free"
+                )
+            part = f"{remote}.part"
+            mode = 0o755 if executable or os.access(p, os.X_OK) else 0o644
+            try:
+                self._dev.sync.push(str(p), part, mode=mode)
+            except ADB_ERRORS as e:
+                self.shell(sh_join(["rm", "-f", part]))
+                raise UserError(f"{kind} {p.name}: push to {self.serial} failed: {_one_line(e)}") from e
+            self.shell_ok(sh_join(["mv", "-f", part, remote]), what=f"rename {part}")
+            got_size, got_hash = self.remote_size(remote), self.remote_sha256(remote)
+        except DeviceGone as e:
+            raise UserError(f"{kind} {p.name}: adb device went away while staging: {e}") from e
+        if got_size != size or got_hash != want:
+            raise UserError(
+                f"{kind} {p.name}: on {self.serial} after the push it has size {got_size} and sha256 "
+                f"{got_hash}, expected {size} and {want}"
+            )
+        return "pushed"
+
+    def pull(self, remote: str, dest: Path) -> bool:
+        """Copy remote from the device to dest (through dest.part, size-checked). False if there is no
+        such file on the device; DeviceGone if the device stops answering or the copy comes up short."""
+        size = self.remote_size(remote)
+        if size is None:
+            return False
+        tmp = dest.with_name(dest.name + ".part")
+        try:
+            self._dev.sync.pull(remote, str(tmp))
+        except ADB_ERRORS as e:
+            raise DeviceGone(self.gone_reason(e)) from e
+        got = tmp.stat().st_size
+        if got != size:
+            raise DeviceGone(f"{self.serial}: pull of {remote} incomplete ({got} of {size} bytes)")
+        tmp.replace(dest)
+        return True
+
+    # ---- processes -------------------------------------------------------------------------------------
+
+    def run(self, argv: list[str], *, cwd: str, timeout_s: float, log: TextIO,
+            on_stdout_line: LineCallback | None = None) -> ShellRun:
+        """Run argv in cwd on the device, killed after timeout_s; stdout and stderr lines go to log as
+        they arrive, stdout lines (without newline) to on_stdout_line, from this thread. An exception
+        raised by the callback is re-raised after the run; KeyboardInterrupt kills the process by PID
+        and is re-raised. Leftovers of earlier runs that lost the device are reaped first (logged)."""
+        for note in self.reap_orphans():
+            log.write(note + "\n")
+        pidfile = f"{cwd}/.bmoe-{os.getpid()}-{next(_counter)}.pid"
+        secs = max(1, int(round(timeout_s)))
+        cmd = " ".join([sh_join(["cd", cwd]), "&&",
+                        sh_join(["timeout", "-k", "5", str(secs), "sh", "-c", _PID_WRAPPER, pidfile, *argv])])
+        t0 = time.monotonic()
+        stream = _V2Stream(log, on_stdout_line)
+        try:
+            conn = self._dev.open_transport(timeout=_SHORT_TIMEOUT_S)
+            conn.send_command(f"shell,v2:{cmd}")
+            conn.check_okay()
+        except ADB_ERRORS as e:
+            return ShellRun(None, time.monotonic() - t0, None, gone=self.gone_reason(e))
+        pid: int | None = None
+        gone: str | None = None
+        host_timeout = False
+        try:
+            sock = conn.conn
+            sock.settimeout(0.5)
+            deadline = t0 + secs + _HOST_GRACE_S
+            while stream.exit_code is None:
+                if pid is None and time.monotonic() - t0 > 0.2:
+                    pid = self._read_pid(pidfile)
+                if time.monotonic() > deadline:
+                    host_timeout = True
+                    break
+                try:
+                    data = sock.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError as e:
+                    gone = self.gone_reason(e)
+                    break
+                if not data:
+                    gone = self.gone_reason()
+                    break
+                stream.feed(data)
+        except BaseException:  # KeyboardInterrupt: kill the process on the device, then re-raise
+            self._kill_pidfile(pid, pidfile)
+            raise
+        finally:
+            conn.close()
+        wall = time.monotonic() - t0
+        stream.flush()
+        if pid is None:
+            pid = self._read_pid(pidfile)
+        if host_timeout:
+            self._kill_pidfile(pid, pidfile)
+            log.write(f"[bmoe-bench] killed on the device after the {timeout_s:g} s timeout\n")
+        if stream.cb_error is not None:
+            raise stream.cb_error
+        tail = "\n".join(stream.stderr_tail)
+        if gone is not None:
+            self._orphans.append(pidfile)  # its process may still be running there
+            return ShellRun(None, wall, pid, gone=gone, stderr_tail=tail)
+        code = stream.exit_code
+        try:
+            self.shell(sh_join(["rm", "-f", pidfile]))
+        except DeviceGone as e:
+            return ShellRun(code, wall, pid, gone=str(e), stderr_tail=tail)
+        # `timeout` exits 124 when it stopped the process, 137 when it had to SIGKILL it after -k 5
+        timed_out = host_timeout or (code == 124 and wall >= secs - 1) or (code == 137 and wall >= secs + 4)
+        return ShellRun(None if timed_out else code, wall, pid, timed_out=timed_out, stderr_tail=tail)
+
+    def kill(self, pid: int, sig: str = "KILL") -> bool:
+        try:
+            code, _, _ = self.shell(sh_join(["kill", f"-{sig}", str(pid)]))
+        except DeviceGone:
+            return False
+        return code == 0
+
+    def reap_orphans(self) -> list[str]:
+        """Kill processes left running by earlier runs that lost the device, if it answers now; one log
+        line per process killed. Runs that still cannot be reached are kept for the next call."""
+        notes, left = [], []
+        for pidfile in self._orphans:
+            try:
+                code, out, _ = self.shell(sh_join(["sh", "-c", _REAP, "reap", pidfile]), timeout=10.0)
+            except DeviceGone:
+                left.append(pidfile)
+                continue
+            pid = out.strip()
+            if code == 0 and pid.isdigit():
+                notes.append(f"[bmoe-bench] killed engine pid {pid} on the device: an earlier run lost the "
+                             "device while it ran, and it was still running")
+        self._orphans = left
+        return notes
+
+    def _read_pid(self, pidfile: str) -> int | None:
+        try:
+            code, out, _ = self.shell(sh_join(["cat", pidfile]), timeout=5.0)
+        except DeviceGone:
+            return None
+        s = out.strip()
+        return int(s) if code == 0 and s.isdigit() else None
+
+    def _kill_pidfile(self, pid: int | None, pidfile: str) -> None:
+        pid = pid if pid is not None else self._read_pid(pidfile)
+        if pid is not None:
+            self.kill(pid, "KILL")
+        try:
+            self.shell(sh_join(["rm", "-f", pidfile]), timeout=5.0)
+        except DeviceGone:
+            pass
+
+
+class _V2Stream:
+    """Decodes adb shell v2 frames (id byte, little-endian u32 length, payload): 1 stdout, 2 stderr,
+    3 exit code. Writes both streams to the log and stdout lines to the callback."""
+
+    def __init__(self, log: TextIO, on_stdout_line: LineCallback | None):
+        self.buf = b""
+        self.log = log
+        self.cb = on_stdout_line
+        self.cb_error: BaseException | None = None
+        self.partial = {1: b"", 2: b""}
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        self.exit_code: int | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= 5 and self.exit_code is None:
+            kind, length = self.buf[0], int.from_bytes(self.buf[1:5], "little")
+            if len(self.buf) < 5 + length:
+                return
+            payload, self.buf = self.buf[5 : 5 + length], self.buf[5 + length :]
+            if kind == 3:
+                self.exit_code = payload[0] if payload else 255
+            elif kind in (1, 2):
+                self._lines(kind, payload)
+
+    def _lines(self, kind: int, payload: bytes) -> None:
+        data = self.partial[kind] + payload
+        *complete, self.partial[kind] = data.split(b"\n")
+        for raw in complete:
+            self._line(kind, raw.decode("utf-8", errors="replace").rstrip("\r"))
+
+    def _line(self, kind: int, text: str) -> None:
+        self.log.write(text + "\n")
+        self.log.flush()
+        if kind == 2:
+            self.stderr_tail.append(text)
+        elif self.cb is not None and self.cb_error is None:
+            try:
+                self.cb(text)
+            except BaseException as e:  # reported after the run
+                self.cb_error = e
+
+    def flush(self) -> None:
+        for kind in (1, 2):
+            if self.partial[kind]:
+                raw, self.partial[kind] = self.partial[kind], b""
+                self._line(kind, raw.decode("utf-8", errors="replace").rstrip("\r"))
+
+
+# ---- `bmoe-bench devices` -----------------------------------------------------------------------------
+
+
+def device_summaries(host: str = "127.0.0.1", port: int = 5037, details: bool = False) -> list[dict]:
+    """[{serial, state, and with details for ready devices: model, android_release, free_mib}]."""
+    try:
+        infos = AdbClient(host=host, port=port).list()
+    except ADB_ERRORS as e:
+        raise UserError(f"adb is not usable (server {host}:{port}): {_one_line(e)}") from e
+    out = []
+    for info in infos:
+        d: dict = {"serial": info.serial, "state": info.state}
+        if details and info.state == "device":
+            try:
+                dev = Device(info.serial, host=host, port=port)
+                desc = dev.describe()
+                d["model"] = " ".join(x for x in (desc["manufacturer"], desc["model"]) if x) or None
+                d["android_release"] = desc["android_release"]
+                d["kernel"] = desc["kernel"]
+                free = dev.free_kib("/data/local/tmp")
+                d["free_mib"] = round(free / 1024) if free is not None else None
+            except (UserError, DeviceGone) as e:
+                d["error"] = str(e)
+        out.append(d)
+    return out
+
+
+def format_devices(devs: list[dict], details: bool = False) -> list[str]:
+    """Lines for `bmoe-bench devices` (pure)."""
+    if not devs:
+        return ["no adb devices (adb server running, none attached or connected)"]
+    lines = []
+    for d in devs:
+        cols = [d["serial"], d["state"]]
+        if details and d["state"] == "device":
+            if "error" in d:
+                cols.append(f"error: {d['error']}")
+            else:
+                cols.append(d.get("model") or "(no getprop)")
+                cols.append(f"Android {d['android_release']}" if d.get("android_release") else (d.get("kernel") or ""))
+                free = d.get("free_mib")
+                cols.append(f"{free} MiB free in /data/local/tmp" if free is not None else "no /data/local/tmp")
+        lines.append("\t".join(cols))
+    return lines
