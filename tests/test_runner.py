@@ -1,6 +1,7 @@
 """The campaign runner end to end on this machine, with a small external engine (tests/fixtures/
 fake_engine.py: a real process writing a real bmoe_metrics v2 CSV and BMOE_PROGRESS lines): run layout,
-failed runs, resumability after Ctrl-C, the cooldown gate and the state sampler."""
+failed runs, resumability after Ctrl-C (the cooldown gate, the state sampler and the progress ETA
+are in test_campaign_timing.py)."""
 
 import json
 import os
@@ -16,9 +17,7 @@ import pytest
 from rich.console import Console
 
 from harness.campaigns import store
-from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.runner import run_campaign
-from harness.campaigns.schema import Cooldown
 from harness.errors import UserError
 
 FAKE = Path(__file__).parent / "fixtures" / "fake_engine.py"
@@ -190,55 +189,6 @@ def test_a_changed_campaign_starts_a_new_folder(tmp_path):
     assert a.folder != b.folder and b.n_skipped == 0
 
 
-class FakeClock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += s
-
-
-def test_gate_waits_until_cool():
-    temps = iter([70.0, 65.0, 50.0])
-    clock = FakeClock()
-    g = wait_for_gate(lambda: {"cpu_temp_c": next(temps), "mem_available_mib": 5000.0},
-                      Cooldown(cpu_temp_max_c=60, mem_available_min_mib=1000, max_wait_s=100, poll_s=10),
-                      clock=clock, sleep=clock.sleep)
-    assert not g.gave_up and g.waited_s == 20 and g.entry["cpu_temp_c"] == 50.0
-    assert g.reason == "cpu 70.0 C > 60 C"
-
-
-def test_gate_gives_up_and_says_so():
-    clock = FakeClock()
-    g = wait_for_gate(lambda: {"cpu_temp_c": 40.0, "mem_available_mib": 500.0},
-                      Cooldown(cpu_temp_max_c=60, mem_available_min_mib=1000, max_wait_s=30, poll_s=10),
-                      clock=clock, sleep=clock.sleep)
-    assert g.gave_up and g.waited_s == 30
-    assert g.reason == "gave up after 30 s: MemAvailable 500 MiB < 1000 MiB"
-
-
-def test_gate_reports_what_it_cannot_check():
-    g = wait_for_gate(lambda: {"cpu_temp_c": None, "mem_available_mib": 5000.0},
-                      Cooldown(cpu_temp_max_c=60, mem_available_min_mib=1000), sleep=lambda s: None)
-    assert not g.gave_up and g.unchecked == ["cpu temperature (no CPU thermal zone readable)"]
-
-
-def test_sampler_takes_about_one_sample_per_period():
-    n = [0]
-
-    def sample():
-        n[0] += 1
-        return {"t": time.time(), "i": n[0]}
-
-    with StateSampler(sample, period_s=0.1) as s:
-        time.sleep(0.55)
-    assert 4 <= len(s.samples) <= 8
-    assert [x["i"] for x in s.samples] == list(range(1, len(s.samples) + 1))
-
-
 @pytest.mark.skipif(os.geteuid() == 0 and False, reason="")
 def test_cli_validate_lists_every_problem(tmp_path):
     p = tmp_path / "bad.yaml"
@@ -249,15 +199,6 @@ def test_cli_validate_lists_every_problem(tmp_path):
     assert lines[0] == f"{p}:3: unknown key 'repeat' (did you mean 'repeats'?)"
     assert lines[1].startswith(f"{p}:4: tokens must be an integer")
     assert lines[-1] == f"Error: {p}: 2 problems (listed above)"
-
-
-def test_gate_survives_an_unreadable_device():
-    def gone():
-        raise ConnectionError("device offline")
-
-    g = wait_for_gate(gone, Cooldown(cpu_temp_max_c=60), sleep=lambda s: None)
-    assert not g.gave_up and g.reason == "device state unreadable: ConnectionError: device offline"
-    assert g.entry == {} and g.unchecked == ["device state"]
 
 
 def test_resume_refuses_a_different_engine(tmp_path):
@@ -272,12 +213,3 @@ def test_resume_refuses_a_different_engine(tmp_path):
     with pytest.raises(UserError, match=r"the engine changed since this campaign started \('fake-engine 1.0' -> "
                                         r"'fake-engine 2.0'\)"):
         run_campaign(p, root=tmp_path / "bd", console=quiet())
-
-
-def test_eta_from_finished_runs():
-    from harness.campaigns.progress import eta_text
-
-    assert eta_text([], 5, 0) == "ETA after the first run"
-    assert eta_text([60.0, 120.0], 4, 0) == "ETA 6m00s"  # 4 x 90 s
-    assert eta_text([60.0, 120.0], 4, 30.0) == "ETA 5m30s"  # 30 s into the current one
-    assert eta_text([3600.0], 2, 0) == "ETA 2h00m"

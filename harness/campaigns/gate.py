@@ -69,15 +69,23 @@ def wait_for_gate(sample_state: Callable[[], dict], cd: Cooldown, *, clock: Call
 
 
 class StateSampler:
-    """Calls sample_state about every `period_s` seconds in a daemon thread until stopped."""
+    """Calls sample_state about every `period_s` seconds in a daemon thread until stopped.
 
-    def __init__(self, sample_state: Callable[[], dict], period_s: float = 1.0):
+    clock gives the time (monotonic seconds) and wait(s) pauses up to s seconds; both are injected in
+    tests, which call `run()` in their own thread instead of starting one. By default wait is the stop
+    event's, so stop() ends a pause at once."""
+
+    def __init__(self, sample_state: Callable[[], dict], period_s: float = 1.0, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], object] | None = None):
         self._sample = sample_state
         self._period = period_s
+        self._clock = clock
         self._stop = threading.Event()
+        self._wait = wait if wait is not None else self._stop.wait
         self.samples: list[dict] = []
         self.errors: list[str] = []
-        self._thread = threading.Thread(target=self._loop, name="state-sampler", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="state-sampler", daemon=True)
 
     def __enter__(self) -> StateSampler:
         self._thread.start()
@@ -86,15 +94,17 @@ class StateSampler:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _loop(self) -> None:
+    def run(self) -> None:
+        """The sampling loop, until stop(): one sample, then a pause of what is left of the period."""
         while not self._stop.is_set():
-            t = time.monotonic()
+            t = self._clock()
             try:
                 self.samples.append(self._sample())
             except Exception as e:  # a flaky read must not kill the run; it is recorded
                 if len(self.errors) < 5:
                     self.errors.append(f"{type(e).__name__}: {e}")
-            self._stop.wait(max(0.0, self._period - (time.monotonic() - t)))
+            if not self._stop.is_set():
+                self._wait(max(0.0, self._period - (self._clock() - t)))
 
     def stop(self) -> None:
         self._stop.set()
