@@ -1,4 +1,5 @@
-"""`bmoe-bench validate FILE`, `bmoe-bench run FILE`, `bmoe-bench report DIR [--check]`."""
+"""`bmoe-bench validate FILE`, `bmoe-bench run FILE`, `bmoe-bench report DIR [--check]`,
+`bmoe-bench report --all [--check]`."""
 
 from __future__ import annotations
 
@@ -83,13 +84,21 @@ def run(
 
 
 def report(
-    folder: Path = typer.Argument(..., help="campaign folder under bench-data/"),
+    folder: Path | None = typer.Argument(None, help="campaign folder under bench-data/ (with --all: the "
+                                                    "bench-data folder, default bench-data)"),
     check: bool = typer.Option(False, "--check", help="exit 1 if findings.md or results.csv differ from "
                                                       "what the raw data gives"),
+    all_: bool = typer.Option(False, "--all", help="write reports/README.md (next to bench-data/): every "
+                                                   "campaign folder, one table per model"),
 ) -> None:
-    """Regenerate findings.md, results.csv and plots/ from a campaign folder's raw files."""
+    """Regenerate findings.md, results.csv and plots/ from a campaign folder's raw files; with --all,
+    reports/README.md from every folder under bench-data/."""
     from harness.report.build import check_report, write_report
 
+    if all_:
+        return report_all(folder or Path("bench-data"), check)
+    if folder is None:
+        raise UserError("report: name a campaign folder (bmoe-bench report bench-data/<folder>), or use --all")
     if check:
         bad = check_report(folder)
         if bad:
@@ -99,3 +108,17 @@ def report(
         return
     write_report(folder)
     typer.echo(f"wrote {Path(folder) / 'findings.md'}, results.csv, plots/")
+
+
+def report_all(bench: Path, check: bool) -> None:
+    """`report --all [--check]`: reports/README.md beside the bench-data folder."""
+    from harness.report.overview import REPORT, check_overview, write_overview
+
+    out = bench.parent / "reports"
+    if check:
+        problem = check_overview(bench, out)
+        if problem:
+            raise UserError(f"{out / REPORT} {problem}; run `bmoe-bench report --all` and commit the result")
+        typer.echo(f"{out / REPORT} matches {bench}")
+        return
+    typer.echo(f"wrote {write_overview(bench, out)}")

@@ -1,0 +1,281 @@
+"""reports/README.md: every campaign folder under bench-data/ in one table per model, in the form of the
+original C++ engine's benchmark tables (setup, active experts, cache, lanes, tok/s, flash read per
+token, cache hit), each row naming the folder it comes from.
+
+Everything comes from each folder's raw data through the per-folder report code (`load_campaign_data`,
+`compute_results`): the model and each cell's configuration from the metrics CSV preambles (arch,
+n_layer, n_expert, cfg.n_expert_used, cfg.cache_mb, cfg.io_threads, mode, ...), the target and the
+protocol from the manifest; never from folder or file names. A folder without a manifest is not a
+campaign: it is listed under "Not in the tables" (a cache-replay study, when it holds a replay.csv).
+
+`build_overview` reads and returns the text, writing nothing; `render` is the pure part;
+`write_overview` and `check_overview` are the thin I/O around them.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.campaigns.store import MANIFEST, atomic_write_text
+from harness.errors import UserError
+from harness.report.collect import CampaignData, load_campaign_data
+from harness.report.results import CellResult, Results, compute_results
+from harness.stats import Interval
+
+REPORT = "README.md"
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model as the engine saw it (CSV preamble), plus where it came from (manifest)."""
+
+    arch: str
+    n_layer: int
+    n_expert: int
+    top_k: int  # the model's own experts per token
+    bytes: int
+    source: str  # "synthetic, make-model recipe shape=..." or the model file's name
+
+    def title(self) -> str:
+        return (f"{self.arch}, {self.n_layer} layers, {self.n_expert} experts, top-{self.top_k}: "
+                f"{self.bytes / 1e9:.1f} GB ({self.source})")
+
+
+@dataclass
+class Row:
+    setup: str
+    active: str
+    cache: str
+    lanes: str
+    tok_s: str
+    flash: str
+    hit: str
+    folder: str
+
+
+@dataclass
+class Folder:
+    """One campaign folder, summarised."""
+
+    name: str
+    created: str
+    model: Model | None  # None when no run finished (nothing to table)
+    rows: list[Row] = field(default_factory=list)
+    note: str = ""  # one line on how it was measured
+
+
+# ---- one folder (pure: CampaignData and Results in) ----------------------------------------------------
+
+
+def _sig(x: float, digits: int = 3) -> int:
+    """Decimals that show x with `digits` significant digits (none for large x)."""
+    if x == 0 or not math.isfinite(x):
+        return 0
+    return max(0, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def fmt_tok_s(iv: Interval | None, c: CellResult) -> str:
+    if iv is None:
+        return f"no result ({len(c.failures)} of {c.n_runs} runs failed)"
+    nd = _sig(iv.point)
+    s = f"{iv.point:.{nd}f} [{iv.low:.{nd}f}, {iv.high:.{nd}f}]"
+    if iv.basis == "tokens":
+        s += " (1 run, CI over tokens)"
+    if c.n_ok < c.n_runs:
+        s += f" ({c.n_ok} of {c.n_runs} runs)"
+    return s
+
+
+def _mib(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:.{_sig(x)}f} MiB"
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:.0f}%"
+
+
+def _none(v: str | None) -> bool:
+    return v is None or v in ("", "None")
+
+
+def model_of(data: CampaignData, res: Results) -> Model | None:
+    cfg = res.fixed_config
+    keys = ("arch", "n_layer", "n_expert", "n_expert_used_model", "model_bytes")
+    if any(k not in cfg for k in keys):
+        return None
+    m = data.manifest.get("model") or {}
+    recipe = m.get("recipe")
+    if recipe:
+        source = "synthetic, make-model recipe " + ", ".join(f"{k}={v}" for k, v in recipe.items())
+    else:
+        source = Path(str(m.get("file") or cfg.get("model_file") or "?")).name
+    return Model(cfg["arch"], int(cfg["n_layer"]), int(cfg["n_expert"]), int(cfg["n_expert_used_model"]),
+                 int(cfg["model_bytes"]), source)
+
+
+def cell_row(c: CellResult, model: Model, cap_mib: float | None, folder: str) -> Row:
+    cfg = c.config
+    streamed = cfg.get("mode") == "stream"
+    cache_mb = cfg.get("cfg.cache_mb")
+    cache_on = streamed and cache_mb not in (None, "0")
+    setup = ["streamed" if streamed else "mmap baseline"]
+    if cache_on and not _none(cfg.get("cfg.cache_policy")):
+        setup.append(str(cfg["cfg.cache_policy"]))
+    if streamed and cfg.get("cfg.cache_preload") == "True":
+        setup.append("cache preloaded")
+    if streamed and cfg.get("cfg.odirect") == "False":
+        setup.append("buffered reads")
+    if not _none(cfg.get("cfg.route_replay")):
+        setup.append(f"routing replayed from {Path(str(cfg['cfg.route_replay'])).name}")
+    if cap_mib:
+        setup.append(f"RAM cap {cap_mib:g} MiB")
+    k = cfg.get("cfg.n_expert_used")
+    active = str(model.top_k) if _none(k) or k == "0" else str(k)
+    if not streamed:
+        cache = "n/a"
+    elif cache_mb == "0":
+        cache = "off"
+    elif cache_mb == "auto":
+        ceil = cfg.get("cfg.cache_ceil_mb")
+        budget = cfg.get("cache_budget_bytes")
+        cache = "auto" + ("" if _none(ceil) else f", cap {ceil}")
+        if budget and budget.isdigit():
+            cache += f" ({int(budget) / 2**20:.0f} MiB)"
+    else:
+        cache = f"{cache_mb} MiB"
+    lanes = str(cfg.get("cfg.io_threads", "?")) if streamed else "n/a"
+    hit = _pct(c.hit_pct) if cache_on else "n/a"
+    return Row(setup=", ".join(setup), active=active, cache=cache, lanes=lanes, tok_s=fmt_tok_s(c.tok_s, c),
+               flash=_mib(c.mib_per_tok), hit=hit, folder=folder)
+
+
+def summarize(name: str, data: CampaignData, res: Results) -> Folder:
+    """A campaign folder's rows and its one-line note (pure)."""
+    m, p = data.manifest, data.plan
+    tgt = m.get("target") or {}
+    cap = tgt.get("mem_cap_mib")
+    model = model_of(data, res)
+    where = (f"this machine ({tgt.get('cpus')} CPUs, {tgt.get('cpu_model')})" if tgt.get("kind") == "local"
+             else f"{tgt.get('kind')} device {tgt.get('serial') or ''}".strip())
+    commit = ((m.get("harness") or {}).get("commit") or "?")[:12]
+    note = (f"{len(data.cells)} cells x {p.get('repeats')} runs of {p.get('tokens')} tokens (first "
+            f"{data.warmup} dropped as warm-up), on {where}"
+            + (f" under a {cap:g} MiB memory cap" if cap else "")
+            + f"; harness commit `{commit}`; reproduce: `{m.get('reproduce')}`.")
+    f = Folder(name=name, created=str(m.get("created") or ""), model=model, note=note)
+    if model is not None:
+        f.rows = [cell_row(c, model, cap, name) for c in res.cells]
+    return f
+
+
+# ---- all folders (pure: summaries in, markdown out) ----------------------------------------------------
+
+_COLUMNS = ["Setup", "Active experts", "Cache", "Lanes", "tok/s [95% CI]", "Flash/token", "Cache hit", "Folder"]
+_RIGHT = {"Active experts", "Cache", "Lanes", "tok/s [95% CI]", "Flash/token", "Cache hit"}
+
+
+def render(folders: list[Folder], others: list[tuple[str, str]], bench_link: str) -> str:
+    """The whole README. folders: campaign summaries; others: (folder name, why it is not tabled);
+    bench_link: the path from the report to bench-data/, for the links."""
+    tabled = sorted((f for f in folders if f.model is not None), key=lambda f: (f.created, f.name))
+    models: dict[Model, list[Folder]] = {}
+    for f in tabled:
+        models.setdefault(f.model, []).append(f)
+    out = [
+        "# Benchmarks across campaigns",
+        "",
+        "Generated by `bmoe-bench report --all` from `bench-data/` alone; do not edit by hand "
+        "(`bmoe-bench report --all --check` fails when this file differs from what the raw data gives).",
+        "",
+        "**How to read the tables.** One table per model; each row is one cell of one campaign, and the "
+        "folder it comes from has the raw data, its findings.md and the command that reproduces it. "
+        "Rows in a table can come from different campaigns and engine versions: compare rows of the same "
+        "folder first. *mmap baseline* is the same file loaded the ordinary way (no streaming). *Active "
+        "experts* is how many experts each token routes to (`--n-expert-used`; below the model's own "
+        "it is lossy). *tok/s* is the mean over a cell's runs of tokens / their summed wall time, "
+        "warm-up tokens dropped, with a seeded bootstrap 95% CI across runs. *Flash/token* is data read "
+        "from storage per token (for an mmap baseline under a cap: its page-fault reads) and *cache hit* "
+        "the share of expert reads served from the expert cache, at the last token.",
+        "",
+    ]
+    for model, fs in models.items():
+        out += [f"## {model.title()}", "",
+                "| " + " | ".join(_COLUMNS) + " |",
+                "|" + "|".join("---:" if c in _RIGHT else "---" for c in _COLUMNS) + "|"]
+        for f in fs:
+            for r in f.rows:
+                link = f"[{r.folder}]({bench_link}/{r.folder}/findings.md)"
+                out.append("| " + " | ".join([r.setup, r.active, r.cache, r.lanes, r.tok_s, r.flash, r.hit,
+                                              link]) + " |")
+        out.append("")
+        out += [f"- `{f.name}`: {f.note}" for f in fs]
+        out.append("")
+    untabled = [(f.name, "no run finished successfully") for f in folders if f.model is None]
+    rest = sorted(others + untabled)
+    if rest:
+        out += ["## Not in the tables", ""]
+        out += [f"- [`{name}`]({bench_link}/{name}/findings.md): {why}" for name, why in rest]
+        out.append("")
+    return "\n".join(out)
+
+
+# ---- I/O ----------------------------------------------------------------------------------------------
+
+
+def _not_a_campaign(folder: Path) -> str:
+    """Why a folder without a manifest is not tabled, from the files it holds."""
+    replay = folder / "replay.csv"
+    if replay.is_file():
+        with open(replay, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        grid: dict[str, tuple[set, set]] = {}
+        for r in rows:
+            pol, bud = grid.setdefault(str(r.get("trace")), (set(), set()))
+            pol.add(r.get("policy"))
+            bud.add(r.get("budget_mib"))
+        per_trace = "; ".join(f"{t}: {len(pol)} policies x {len(bud)} budgets"
+                              for t, (pol, bud) in sorted(grid.items()))
+        return (f"a cache-replay study, not a campaign (no {MANIFEST}, no engine runs): cache policies "
+                f"replayed on recorded routing traces ({per_trace}); its replay.csv has hit % and MiB/token, "
+                f"not tok/s")
+    return f"no {MANIFEST}: not a campaign folder"
+
+
+def build_overview(bench_root: Path | str, out_dir: Path | str) -> str:
+    """reports/README.md's text from the folders under bench_root (reads them, writes nothing)."""
+    bench_root, out_dir = Path(bench_root), Path(out_dir)
+    if not bench_root.is_dir():
+        raise UserError(f"{bench_root}: no such folder; run from the repository root, or name the bench-data "
+                        f"folder")
+    folders: list[Folder] = []
+    others: list[tuple[str, str]] = []
+    for d in sorted(p for p in bench_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (d / MANIFEST).is_file():
+            others.append((d.name, _not_a_campaign(d)))
+            continue
+        data = load_campaign_data(d)
+        folders.append(summarize(d.name, data, compute_results(data)))
+    link = Path(os.path.relpath(bench_root.resolve(), out_dir.resolve())).as_posix()
+    return render(folders, others, link)
+
+
+def write_overview(bench_root: Path | str, out_dir: Path | str) -> Path:
+    out_dir = Path(out_dir)
+    text = build_overview(bench_root, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / REPORT, text)
+    return out_dir / REPORT
+
+
+def check_overview(bench_root: Path | str, out_dir: Path | str) -> str | None:
+    """None when out_dir/README.md is what bench_root gives, else what is wrong with it ("is missing",
+    "differs from what bench-data gives")."""
+    text = build_overview(bench_root, out_dir)
+    p = Path(out_dir) / REPORT
+    if not p.is_file():
+        return "is missing"
+    return None if p.read_text(encoding="utf-8") == text else f"differs from what {bench_root} gives"
