@@ -69,9 +69,9 @@ def run(argv: list[str]) -> int:
 
     layout = load_layout(cfg.model)
     from harness.engine.metrics import RouteTraceWriter
+    from harness.engine.session import Session
     from harness.formats.metrics_csv import MetricsWriter, TokenRow
     from harness.formats.progress import progress_line
-    from harness.engine.session import Session
 
     corrupt = None
     if os.environ.get("BMOE_TEST_WRONG_EXPERT"):  # negative control for the byte-identity gate only
