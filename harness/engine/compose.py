@@ -88,11 +88,15 @@ class Engine:
         """Generate, feeding every sink each token row; `between_tokens` runs before each row is handed out
         (the CLI checks for Ctrl-C there). Returns the result with the complete summary."""
         sess = self.session
-        for row in sess.run():
-            between_tokens()
-            text = sess.piece(row.token_id).decode("utf-8", "replace")
-            for s in self.sinks:
-                s.row(row, text)
+        rows = sess.run()
+        try:
+            for row in rows:
+                between_tokens()
+                text = sess.piece(row.token_id).decode("utf-8", "replace")
+                for s in self.sinks:
+                    s.row(row, text)
+        finally:
+            rows.close()  # an interrupted run frees its sampler now, before the session closes
         res = sess.result
         assert res is not None
         self._complete(res.summary)
