@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 
+import numpy as np
 import pytest
 from engine_helpers import BMOE, bmoe
 
-from harness.formats.metrics_csv import COLUMNS
+from harness.formats.metrics_csv import COLUMNS, read_metrics
 from harness.synth import ModelSpec, make_model
+from harness.synth.spec import MIN_VOCAB
 
 pytestmark = pytest.mark.engine
 
@@ -29,20 +31,16 @@ def test_stdout_is_only_the_text_and_summary_goes_to_stderr(model, tmp_path):
 
 def test_csv_has_every_column_preamble_and_summary(model, tmp_path):
     r = bmoe(model, "--moe-stream", "--cache-mb", "2", n=12, tmp=tmp_path)
-    csv = sorted(tmp_path.glob("run-*.csv"))[-1].read_text().splitlines()
-    assert csv[0] == "# bmoe_metrics v2"
-    header = next(ln for ln in csv if not ln.startswith("#"))
-    assert header.split(",") == COLUMNS
+    m = read_metrics(sorted(tmp_path.glob("run-*.csv"))[-1])
+    assert m.format == "bmoe_metrics v2"
+    assert list(m.rows.columns) == COLUMNS
     for key in ("engine_version", "cfg.cache_mb", "cfg.io_threads", "cfg.odirect", "token_cycle_bytes",
                 "compute_ms_is", "hook_front", "n_expert"):
         assert key in r.preamble, key
-    rows = [ln.split(",") for ln in csv if not ln.startswith("#")][1:]
-    assert len(rows) == 12
-    col = {c: i for i, c in enumerate(COLUMNS)}
-    for row in rows:
-        assert float(row[col["wall_ms"]]) > 0
-        assert float(row[col["read_bytes"]]) >= 0
-        assert row[col["dense_resident_frac"]] == "-1"  # not measured, and says so
+    assert len(m.rows) == 12
+    assert (m.col("wall_ms") > 0).all()
+    assert (m.col("read_bytes") >= 0).all()
+    assert np.isnan(m.col("dense_resident_frac")).all()  # not measured, and says so (written as -1)
     for key in ("decode_tok_s", "prefill_tok_s", "ttft_ms", "load_ms", "mib_read_per_token", "hit_pct",
                 "cache_resident_mib", "evictions"):
         assert key in r.summary
@@ -50,11 +48,23 @@ def test_csv_has_every_column_preamble_and_summary(model, tmp_path):
 
 def test_mmap_baseline_marks_stream_only_columns_unmeasured(model, tmp_path):
     r = bmoe(model, n=6, tmp=tmp_path)
-    csv = sorted(tmp_path.glob("run-*.csv"))[-1].read_text().splitlines()
-    rows = [ln.split(",") for ln in csv if not ln.startswith("#")][1:]
-    col = {c: i for i, c in enumerate(COLUMNS)}
-    assert all(row[col["io_ms"]] == "-1" and row[col["cache_hit_pct"]] == "-1" for row in rows)
+    m = read_metrics(sorted(tmp_path.glob("run-*.csv"))[-1])
+    assert len(m.rows) == 6
+    assert np.isnan(m.col("io_ms")).all() and np.isnan(m.col("cache_hit_pct")).all()
     assert r.summary["hit_pct"] == -1
+
+
+def test_bug_byte_level_vocab_needs_more_tokens_than_bytes_plus_16(tmp_path):
+    """A vocabulary without a "▁" piece spells each space as three byte tokens, so this prompt needs
+    more tokens than the len(bytes)+16 buffer once given; llama_tokenize's request for more is honoured."""
+    spec = ModelSpec(expert_type="q8_0", seed=22, n_vocab=MIN_VOCAB)  # the 256 byte tokens and 5 specials only
+    bytes_model = make_model(tmp_path / "bytes.gguf", spec)[0]
+    prompt = "Streaming experts into memory one layer at a time."
+    res = bmoe(bytes_model, n=4, tmp=tmp_path, prompt=prompt)
+    assert res.rc == 0, res.stderr
+    assert res.summary["n_prompt"] > len(prompt.encode()) + 16
+    st = bmoe(bytes_model, "--moe-stream", "--cache-mb", "0", n=4, tmp=tmp_path, prompt=prompt)
+    assert st.rc == 0 and st.tokens == res.tokens
 
 
 def test_progress_lines_parse(model, tmp_path):

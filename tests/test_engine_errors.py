@@ -1,4 +1,5 @@
-"""Bad input: each a one-line error naming the problem, a non-zero exit, and no traceback."""
+"""Bad input at the command line: each a one-line error naming the problem, a non-zero exit, and no traceback.
+Flag refusals need no model and no subprocess: test_engine_config.py."""
 
 from __future__ import annotations
 
@@ -79,22 +80,9 @@ def test_budget_below_token_cycle(tmp_path):
     assert ok.returncode == 0, ok.stderr
 
 
-@pytest.mark.parametrize("value", ["0", "9", "x"])
-def test_io_threads_out_of_range(model, value):
-    one_line_error(run("-m", str(model), "--moe-stream", "--io-threads", value), "--io-threads")
-
-
 def test_n_expert_used_above_count(model):
     one_line_error(run("-m", str(model), "--moe-stream", "--n-expert-used", "9"), "--n-expert-used 9",
                    "8 experts")
-
-
-def test_unknown_flag(model):
-    one_line_error(run("-m", str(model), "--moe-streem"), "--moe-streem")
-
-
-def test_stream_flag_without_stream(model):
-    one_line_error(run("-m", str(model), "--cache-mb", "100"), "--cache-mb only applies with --moe-stream")
 
 
 def test_unreadable_model(model, tmp_path):

@@ -1,67 +1,58 @@
-"""Engine configuration: the `bmoe` flags, parsed and validated without importing llama.cpp.
+"""Engine configuration, declared once: every `bmoe` flag is one field of `EngineConfig`.
 
-`parse_cli(argv)` is pure (no file access beyond nothing): the harness uses it to refuse, at campaign
-validation time, any flag combination the engine itself would refuse. Checks that need the model file
-(expert count, token cycle) happen at load, in the session.
+Each field carries its flag(s), type (the annotation), default, range or choices, help, whether it needs
+`--moe-stream` and whether it is lossy. The argparse parser, `validate`, the resolved preamble
+(`EngineConfig.resolved()`, the CSV's `cfg.<name>` keys), the stream-only rule and the README's flag
+table are all derived from these fields, so a new flag is one `opt(...)` line here (plus a cross-field
+rule in `_RULES` when it has one).
+
+`parse_cli(argv)` is pure (no file access): the harness uses it to refuse, at campaign validation
+time, any flag combination the engine itself would refuse. Checks that need the model file (expert
+count, token cycle) happen at load (`validate_for_model`, `cache_plan.plan_cache`).
+
+`python -m harness.engine.config --readme-table` prints the README's flag table;
+`--update-readme README.md` rewrites it in place.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
-from harness.engine.policies import ONLINE_DEFAULT, POLICIES
+from harness.engine.policies import ONLINE_DEFAULT, POLICIES, is_offline
 from harness.errors import UserError
 
 IO_THREADS_MAX = 8
+_META = "bmoe.flag"
 
 
-@dataclass
-class EngineConfig:
-    model: str = ""
-    prompt: str = "Explain MoE routing."
-    n_predict: int = 64
-    threads: int = 0  # 0 = llama.cpp's default for this machine
-    ctx: int = 512
-    moe_stream: bool = False
-    cache_mb: int | None = None  # None = auto
-    cache_ceil_mb: int | None = None
-    force_cache: bool = False
-    cache_preload: bool = False
-    io_threads: int = 4
-    odirect: bool = True
-    n_expert_used: int = 0  # 0 = the model's own
-    cache_policy: str = ONLINE_DEFAULT
-    chatml: bool = False
-    temp: float = 0.0  # greedy by default
-    top_k: int = 40
-    top_p: float = 0.95
-    seed: int = 42
-    csv: str | None = None
-    progress: bool = False
-    route_trace: str | None = None
-    route_replay: str | None = None
-    list_archs: bool = False
-    version: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
+@dataclass(frozen=True)
+class Flag:
+    """How one EngineConfig field appears on the command line (the declaration's metadata)."""
 
-    @property
-    def cache_mode(self) -> str:
-        return "auto" if self.cache_mb is None else str(self.cache_mb)
-
-    def resolved(self) -> dict[str, object]:
-        """Flat key -> value view for CSV preambles (every knob, stable order)."""
-        d = asdict(self)
-        d.pop("extra")
-        d.pop("list_archs")
-        d.pop("version")
-        d["cache_mb"] = self.cache_mode
-        return d
+    flags: tuple[str, ...]  # the first one names the field in error messages
+    help: str
+    metavar: str = ""  # value flags only; default from the type: N, X, TEXT
+    lo: float | None = None  # inclusive range, checked by validate()
+    hi: float | None = None
+    choices: Callable[[], Sequence[str]] | None = None  # a callable: the set may come from a registry
+    stream_only: bool = False  # a value other than the default needs --moe-stream
+    lossy: str = ""  # when the output can differ from the model's own ("" = never)
+    parse: Callable[[str], Any] | None = None  # value flags: str -> value (default: the annotated type)
+    show: Callable[[Any], object] | None = None  # the value as written in the preamble and the README
+    required: bool = False  # unless an action flag is given
+    action: bool = False  # print something and exit (--version): not part of the run's configuration
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
-        raise UserError(f"bmoe: {message} (see bmoe --help)")
+def opt(default: Any, *flags: str, help: str, **kw: Any) -> Any:
+    """One declared field: `name: type = opt(default, "-x", "--long", help=..., lo=..., stream_only=...)`."""
+    return field(default=default, metadata={_META: Flag(tuple(flags), help, **kw)})
 
 
 def _cache_mb(v: str) -> int | None:
@@ -76,95 +67,276 @@ def _cache_mb(v: str) -> int | None:
     return n
 
 
+def _auto(v: int | None) -> str:
+    return "auto" if v is None else str(v)
+
+
+def _online_policies() -> list[str]:
+    return sorted(n for n in POLICIES if not is_offline(n))
+
+
+@dataclass
+class EngineConfig:
+    model: str = opt("", "-m", "--model", metavar="PATH", required=True,
+                     help="GGUF model (first shard of a split model)")
+    prompt: str = opt("Explain MoE routing.", "-p", "--prompt", metavar="TEXT", help="prompt text")
+    n_predict: int = opt(64, "-n", "--n-predict", lo=1, help="tokens to generate")
+    threads: int = opt(0, "-t", "--threads", lo=0, help="compute threads (0 = llama.cpp's default for this machine)")
+    ctx: int = opt(512, "-c", "--ctx", lo=16, help="context size in tokens")
+    moe_stream: bool = opt(False, "--moe-stream", help="stream routed experts from flash instead of the mmap baseline")
+    cache_mb: int | None = opt(None, "--cache-mb", metavar="0|N|auto", parse=_cache_mb, show=_auto, lo=0,
+                               stream_only=True,
+                               help="expert cache budget in MiB; 0 = no cache; auto = MemAvailable (and the cgroup "
+                               "limit) at load, less the dense weights and 256 MiB headroom")
+    cache_ceil_mb: int | None = opt(None, "--cache-ceil-mb", lo=0, stream_only=True,
+                                    help="ceiling for --cache-mb auto, MiB")
+    force_cache: bool = opt(False, "--force-cache", stream_only=True,
+                            help="accept a cache budget below one token cycle T (recency policies hit ~0% there)")
+    cache_preload: bool = opt(False, "--cache-preload", stream_only=True,
+                              help="read every expert into the cache at its first pass (needs a budget >= all experts)")
+    io_threads: int = opt(4, "--io-threads", lo=1, hi=IO_THREADS_MAX, stream_only=True, help="parallel read lanes")
+    odirect: bool = opt(True, "--no-odirect", stream_only=True, help="buffered reads instead of O_DIRECT")
+    n_expert_used: int = opt(0, "--n-expert-used", lo=0, lossy="below the model's own",
+                             help="active experts per token (0 = the model's own)")
+    cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,
+                            stream_only=True, help="eviction policy (`bmoe-bench replay` compares them)")
+    chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
+    temp: float = opt(0.0, "--temp", lo=0, help="sampling temperature (0 = greedy)")
+    top_k: int = opt(40, "--top-k", help="top-k sampling (with --temp > 0)")
+    top_p: float = opt(0.95, "--top-p", help="top-p sampling (with --temp > 0)")
+    seed: int = opt(42, "--seed", help="sampling seed (with --temp > 0)")
+    csv: str | None = opt(None, "--csv", metavar="PATH",
+                          help="write the per-token bmoe_metrics v2 CSV here (its preamble: the full resolved "
+                          "configuration)")
+    progress: bool = opt(False, "--progress", help="print BMOE_PROGRESS {json} lines per token on stdout")
+    route_trace: str | None = opt(None, "--route-trace", metavar="PATH", stream_only=True,
+                                  help="write the route_trace v1 file of every routing decision here")
+    route_replay: str | None = opt(None, "--route-replay", metavar="TRACE",
+                                   help="drive routing with a recorded route_trace v1 (benchmarks: a real access "
+                                   "pattern on a synthetic model of the same shape; the output text is then "
+                                   "meaningless)")
+    list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
+    version: bool = opt(False, "--version", action=True, help="print the version and exit")
+
+    def resolved(self) -> dict[str, object]:
+        """Flat key -> value view for CSV preambles (every knob of the run, declaration order)."""
+        return {s.name: s.shown(getattr(self, s.name)) for s in SPECS if not s.flag.action}
+
+
+# -- the declaration, read once ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    flag: Flag
+    type: type  # int, float, str or bool (Optional unwrapped)
+    default: Any
+
+    @property
+    def label(self) -> str:
+        return self.flag.flags[0]
+
+    @property
+    def switch(self) -> bool:
+        return self.type is bool
+
+    @property
+    def metavar(self) -> str:
+        return self.flag.metavar or {int: "N", float: "X"}.get(self.type, "TEXT")
+
+    def shown(self, v: Any) -> object:
+        return self.flag.show(v) if self.flag.show else v
+
+
+def _base_type(hint: Any) -> type:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"config field type {hint} must be T or T | None")
+        return args[0]
+    return hint
+
+
+def _specs() -> tuple[Spec, ...]:
+    hints = typing.get_type_hints(EngineConfig)
+    out = []
+    for f in fields(EngineConfig):
+        t = _base_type(hints[f.name])
+        if t not in (int, float, str, bool):
+            raise TypeError(f"config field {f.name}: type {t} is not int, float, str or bool")
+        out.append(Spec(f.name, f.metadata[_META], t, f.default))
+    return tuple(out)
+
+
+SPECS: tuple[Spec, ...] = _specs()
+
+
+# -- parser ------------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:  # one line, no usage dump
+        raise UserError(f"bmoe: {message} (see bmoe --help)")
+
+
+def _help(s: Spec) -> str:
+    h = s.flag.help
+    if not s.switch and s.shown(s.default) not in (None, ""):
+        h += f" (default {s.shown(s.default)})"
+    if s.flag.lossy:
+        h += f"; LOSSY {s.flag.lossy}"
+    if s.flag.stream_only:
+        h += "; with --moe-stream"
+    return h.replace("%", "%%")  # argparse formats help with %
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="bmoe",
+        prog="bmoe", allow_abbrev=False,
         description="Run a MoE GGUF model with its routed experts streamed from flash "
         "(--moe-stream), or as the plain mmap baseline. Output text goes to stdout; "
         "diagnostics and the end-of-run summary go to stderr.",
     )
-    a = p.add_argument
-    a("-m", "--model", default="", help="GGUF model (first shard of a split model)")
-    a("-p", "--prompt", default=EngineConfig.prompt, help="prompt text")
-    a("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
-    a("-t", "--threads", type=int, default=0, help="compute threads (0 = llama.cpp default)")
-    a("-c", "--ctx", type=int, default=512, help="context size in tokens (default 512)")
-    a("--moe-stream", action="store_true", help="stream routed experts from flash instead of mmap")
-    a("--cache-mb", type=_cache_mb, default=None, metavar="0|N|auto",
-      help="expert cache budget in MiB; 0 = no cache; auto = from MemAvailable at load (default)")
-    a("--cache-ceil-mb", type=int, default=None, help="ceiling for --cache-mb auto, MiB")
-    a("--force-cache", action="store_true", help="accept a cache budget below one token cycle")
-    a("--cache-preload", action="store_true",
-      help="read every expert into the cache at its first pass (needs a budget >= all experts)")
-    a("--cache-policy", default=ONLINE_DEFAULT, help=f"eviction policy (default {ONLINE_DEFAULT})")
-    a("--io-threads", type=int, default=4, help=f"parallel read lanes 1..{IO_THREADS_MAX} (default 4)")
-    a("--no-odirect", action="store_true", help="buffered reads instead of O_DIRECT")
-    a("--n-expert-used", type=int, default=0,
-      help="active experts per token (0 = the model's own; fewer is LOSSY)")
-    a("--chatml", action="store_true", help="wrap the prompt in the model's own chat template")
-    a("--temp", type=float, default=0.0, help="sampling temperature (0 = greedy, the default)")
-    a("--top-k", type=int, default=40)
-    a("--top-p", type=float, default=0.95)
-    a("--seed", type=int, default=42)
-    a("--csv", default=None, help="write the per-token bmoe_metrics v2 CSV here")
-    a("--progress", action="store_true", help="print BMOE_PROGRESS {json} lines per token on stdout")
-    a("--route-trace", default=None, help="write the route_trace v1 file here (with --moe-stream)")
-    a("--route-replay", default=None, metavar="TRACE",
-      help="drive routing with a recorded route_trace v1 (benchmarks: real access pattern on a synthetic "
-      "model of the same shape; the output text is then meaningless)")
-    a("--list-archs", action="store_true", help="print the supported MoE architectures and exit")
-    a("--version", action="store_true", help="print the version and exit")
+    for s in SPECS:
+        if s.switch:  # a switch whose default is True is spelled --no-<x> and turns it off
+            p.add_argument(*s.flag.flags, dest=s.name, action="store_false" if s.default else "store_true",
+                           help=_help(s))
+        else:
+            p.add_argument(*s.flag.flags, dest=s.name, type=s.flag.parse or s.type, default=s.default,
+                           metavar=s.metavar, help=_help(s))
     return p
 
 
 def parse_cli(argv: list[str]) -> EngineConfig:
     """Parse and validate `bmoe` flags. Raises UserError with one line on any problem."""
-    ns = build_parser().parse_args(argv)
-    cfg = EngineConfig(
-        model=ns.model, prompt=ns.prompt, n_predict=ns.n_predict, threads=ns.threads, ctx=ns.ctx,
-        moe_stream=ns.moe_stream, cache_mb=ns.cache_mb, cache_ceil_mb=ns.cache_ceil_mb,
-        force_cache=ns.force_cache, cache_preload=ns.cache_preload, io_threads=ns.io_threads, odirect=not ns.no_odirect,
-        n_expert_used=ns.n_expert_used, cache_policy=ns.cache_policy, chatml=ns.chatml, temp=ns.temp,
-        top_k=ns.top_k, top_p=ns.top_p, seed=ns.seed, csv=ns.csv, progress=ns.progress,
-        route_trace=ns.route_trace, route_replay=ns.route_replay, list_archs=ns.list_archs, version=ns.version,
-    )
-    validate(cfg, argv)
+    cfg = EngineConfig(**vars(build_parser().parse_args(argv)))
+    validate(cfg)
     return cfg
 
 
-_STREAM_ONLY = ("--cache-mb", "--cache-ceil-mb", "--force-cache", "--cache-preload", "--cache-policy",
-                "--io-threads", "--no-odirect", "--route-trace")
+# -- validation --------------------------------------------------------------------------------------------
 
 
-def validate(cfg: EngineConfig, argv: list[str] | None = None) -> None:
-    if cfg.list_archs or cfg.version:
-        return
-    if not cfg.model:
-        raise UserError("bmoe: no model given: pass -m MODEL.gguf")
-    if cfg.n_predict < 1:
-        raise UserError(f"bmoe: -n must be >= 1, got {cfg.n_predict}")
-    if cfg.ctx < 16:
-        raise UserError(f"bmoe: -c must be >= 16, got {cfg.ctx}")
-    if cfg.threads < 0:
-        raise UserError(f"bmoe: -t must be >= 0, got {cfg.threads}")
-    if not 1 <= cfg.io_threads <= IO_THREADS_MAX:
-        raise UserError(f"bmoe: --io-threads must be 1..{IO_THREADS_MAX}, got {cfg.io_threads}")
-    if cfg.n_expert_used < 0:
-        raise UserError(f"bmoe: --n-expert-used must be >= 0 (0 = the model's own), got {cfg.n_expert_used}")
-    if cfg.cache_ceil_mb is not None and cfg.cache_ceil_mb < 0:
-        raise UserError(f"bmoe: --cache-ceil-mb must be >= 0, got {cfg.cache_ceil_mb}")
+def _range_problem(s: Spec, v: Any) -> str | None:
+    lo, hi = s.flag.lo, s.flag.hi
+    if (lo is None or v >= lo) and (hi is None or v <= hi):
+        return None
+    if lo is not None and hi is not None:
+        want = f"{lo:g}..{hi:g}"
+    elif lo is not None:
+        want = f">= {lo:g}"
+    else:
+        want = f"<= {hi:g}"
+    return f"bmoe: {s.label} must be {want}, got {v}"
+
+
+def _ceil_needs_auto(cfg: EngineConfig) -> str | None:
     if cfg.cache_ceil_mb is not None and cfg.cache_mb is not None:
-        raise UserError("bmoe: --cache-ceil-mb caps --cache-mb auto; it makes no sense with a fixed --cache-mb")
-    if cfg.cache_policy not in POLICIES or getattr(POLICIES[cfg.cache_policy], "offline", False):
-        online = sorted(n for n, c in POLICIES.items() if not getattr(c, "offline", False))
-        raise UserError(f"bmoe: unknown --cache-policy {cfg.cache_policy!r}; choose one of {', '.join(online)}")
-    if cfg.temp < 0:
-        raise UserError(f"bmoe: --temp must be >= 0, got {cfg.temp}")
-    if not cfg.moe_stream and argv is not None:
-        given = [f for f in _STREAM_ONLY if any(x == f or x.startswith(f + "=") for x in argv)]
-        if given:
-            raise UserError(f"bmoe: {given[0]} only applies with --moe-stream (add it, or drop {given[0]})")
+        return "bmoe: --cache-ceil-mb caps --cache-mb auto; it makes no sense with a fixed --cache-mb"
+    return None
+
+
+def _preload_needs_cache(cfg: EngineConfig) -> str | None:
     if cfg.cache_preload and cfg.cache_mb == 0:
-        raise UserError("bmoe: --cache-preload needs a cache: drop --cache-mb 0")
-    if cfg.route_trace and not cfg.moe_stream:
-        raise UserError("bmoe: --route-trace needs --moe-stream")
+        return "bmoe: --cache-preload needs a cache: drop --cache-mb 0"
+    return None
+
+
+_RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache)
+
+
+def validate(cfg: EngineConfig) -> None:
+    """Every declared range, choice, the stream-only rule (by value: a stream-only field away from its
+    default needs --moe-stream, however it was spelled) and the cross-field rules. Raises UserError."""
+    if any(getattr(cfg, s.name) for s in SPECS if s.flag.action):
+        return
+    for s in SPECS:
+        v = getattr(cfg, s.name)
+        if s.flag.required and not v:
+            raise UserError(f"bmoe: no {s.name} given: pass {s.label} {s.metavar}")
+        if v is None or s.switch:
+            continue
+        problem = _range_problem(s, v)
+        if problem:
+            raise UserError(problem)
+        if s.flag.choices is not None and v not in (allowed := s.flag.choices()):
+            raise UserError(f"bmoe: unknown {s.label} {v!r}; choose one of {', '.join(allowed)}")
+    if not cfg.moe_stream:
+        for s in SPECS:
+            if s.flag.stream_only and getattr(cfg, s.name) != s.default:
+                raise UserError(f"bmoe: {s.label} only applies with --moe-stream (add it, or drop {s.label})")
+    for rule in _RULES:
+        problem = rule(cfg)
+        if problem:
+            raise UserError(problem)
+
+
+def validate_for_model(cfg: EngineConfig, n_expert: int, k_model: int) -> None:
+    """The checks that need the model's numbers (read from its header, before loading it)."""
+    if cfg.n_expert_used > n_expert:
+        raise UserError(f"--n-expert-used {cfg.n_expert_used} is above the model's {n_expert} experts "
+                        f"({cfg.model}); use 1..{n_expert}, or 0 for the model's own {k_model}")
+
+
+# -- the README's flag table -------------------------------------------------------------------------------
+
+README_BEGIN = "<!-- bmoe flags: generated by `python -m harness.engine.config --update-readme README.md` -->"
+README_END = "<!-- end of bmoe flags -->"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def readme_table() -> str:
+    rows = ["| flag | value | default | needs `--moe-stream` | lossy | meaning |", "|---|---|---|---|---|---|"]
+    for s in SPECS:
+        flags = " ".join(f"`{f}`" for f in s.flag.flags)
+        value = "" if s.switch else f"`{_md(s.metavar)}`"
+        if s.switch:
+            default = "off"
+        else:
+            d = s.shown(s.default)
+            default = "none" if d is None else f"`{_md(str(d))}`" if d != "" else "none"
+        stream = "yes" if s.flag.stream_only else ""
+        rows.append(f"| {flags} | {value} | {default} | {stream} | {_md(s.flag.lossy)} | "
+                    f"{_md(s.flag.help)} |")
+    return "\n".join(rows)
+
+
+def readme_section() -> str:
+    return f"{README_BEGIN}\n{readme_table()}\n{README_END}"
+
+
+def readme_block(text: str, path: str = "README.md") -> tuple[int, int]:
+    """(start, end) of the generated section in a README's text; UserError when its markers are missing."""
+    a, b = text.find(README_BEGIN), text.find(README_END)
+    if a < 0 or b < a:
+        raise UserError(f"{path}: no generated flag table (the markers {README_BEGIN!r} ... {README_END!r})")
+    return a, b + len(README_END)
+
+
+def _main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.engine.config", allow_abbrev=False,
+                                description="The bmoe flag table, derived from the config declaration.")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--readme-table", action="store_true", help="print the README's flag table")
+    g.add_argument("--update-readme", metavar="README", help="rewrite the table between its markers in place")
+    ns = p.parse_args(argv)
+    if ns.readme_table:
+        print(readme_section())
+        return 0
+    path = Path(ns.update_readme)
+    text = path.read_text()
+    a, b = readme_block(text, str(path))
+    path.write_text(text[:a] + readme_section() + text[b:])
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(_main(sys.argv[1:]))
+    except UserError as e:
+        sys.stderr.write(f"{e}\n")
+        sys.exit(2)

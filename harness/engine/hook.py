@@ -21,6 +21,7 @@ import ctypes
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,8 +38,11 @@ from harness.engine.ggml import (
     tensor_at,
 )
 from harness.engine.gguf_layout import ExpertTensor, ModelLayout
-from harness.engine.reader import SliceReader
+from harness.engine.reader import ExpertReader
 from harness.engine.vm import Reservation
+
+if TYPE_CHECKING:
+    from harness.engine.route_replay import RouteReplay
 
 _c_int = ctypes.c_int
 _c_vp = ctypes.c_void_p
@@ -111,10 +115,9 @@ def load_filter(py_cfunc, prefix: bytes):
 class StreamHook:
     NOT_EXPERT = None
 
-    def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: SliceReader | None,
-                 record_routes: bool = False, corrupt: tuple[int, int, int] | None = None,
-                 fail_at_layer: int | None = None, preload: bool = False, use_c_filter: bool = True,
-                 replay=None):
+    def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
+                 record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
+                 replay: RouteReplay | None = None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -133,8 +136,6 @@ class StreamHook:
         self.record_routes = record_routes
         self.routes: list[RouteEvent] = []
         self.phase = 0
-        self.corrupt = corrupt  # test-only negative control: (layer, expert, wrong_expert)
-        self.fail_at_layer = fail_at_layer  # test-only: raise inside the callback at this layer's topk
         self.preload = preload  # read every expert of a layer at its first pass (--cache-preload)
         self.replay = replay  # RouteReplay: overwrite the selected ids with a recorded trace's
         self.decode_index = -1
@@ -221,21 +222,8 @@ class StreamHook:
 
     def _submit(self, b: Bound, e: int) -> Future:
         et = b.et
-        src_e = e
-        if self.corrupt is not None and self.corrupt[0] == et.layer and self.corrupt[1] == e:
-            src_e = self.corrupt[2]  # negative control: load the wrong expert's bytes into e's slot
         pos = et.abs_offset + e * et.nb2
-        if src_e != e:
-            return self.reader.pool.submit(self._read_wrong, b, e, src_e)
         return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
-
-    def _read_wrong(self, b: Bound, e: int, src_e: int) -> tuple[int, int]:
-        et = b.et
-        with open(et.path, "rb") as f:
-            f.seek(et.abs_offset + src_e * et.nb2)
-            data = f.read(et.nb2)
-        ctypes.memmove(b.res.addr_of(et.abs_offset + e * et.nb2), data, et.nb2)
-        return et.nb2, 0
 
     def _wait(self, futs: list[Future]) -> None:
         t0 = time.perf_counter_ns()
@@ -251,8 +239,6 @@ class StreamHook:
         tt = tensor_at(t)
         name = tt.name.decode()
         il = int(name[len(self.topk_prefix):])
-        if il == self.fail_at_layer:
-            raise HookError(f"test fault injected at layer {il} (BMOE_TEST_FAIL_AT_LAYER)")
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
@@ -328,6 +314,11 @@ class StreamHook:
                 f = self.dropper.submit(_drop_slices, key[1], bounds)
                 self.pending_drop[key] = f
                 self._recent_drops.append(f)
+
+    def take_routes(self) -> list[RouteEvent]:
+        """The routing decisions recorded since the last call (with record_routes)."""
+        r, self.routes = self.routes, []
+        return r
 
     def take_counters(self) -> TokenCounters:
         if self._evict_due:  # settle the last batch's evictions (normally done at its first wait)

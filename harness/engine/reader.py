@@ -13,6 +13,7 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 from harness.engine.vm import PAGE
 
@@ -23,6 +24,22 @@ _MADV_DONTNEED = 4
 
 def _buf(addr: int, n: int) -> memoryview:
     return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
+
+
+class ExpertReader(Protocol):
+    """What the hook needs of a reader (SliceReader; test wrappers such as faults.FaultyReader)."""
+
+    @property
+    def odirect(self) -> bool: ...
+
+    @property
+    def odirect_refused(self) -> str | None: ...
+
+    def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future: ...
+
+    def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class SliceReader:
@@ -97,7 +114,6 @@ class SliceReader:
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
         return self.pool.submit(self._read, path, file_pos, length, addr)
-
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)

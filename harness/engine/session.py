@@ -1,29 +1,23 @@
-"""One engine run: load the model through llama.cpp's public API, optionally install the streaming
-hook, prefill, decode token by token, and emit telemetry. No flag parsing here (config.py), no printing
-of results (cli.py)."""
+"""One engine run through llama.cpp's public API: load the model, install the eval callback it is given,
+prefill, decode token by token, yield one `TokenRow` per token. No flag parsing (config.py), no wiring of
+parts (compose.py), no printing (cli.py)."""
 
 from __future__ import annotations
 
 import ctypes
-import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from harness import __version__
 from harness.engine import sysstats
-from harness.engine.cache import ExpertCache, budget_problem, token_cycle_bytes
 from harness.engine.config import EngineConfig
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook
-from harness.engine.metrics import RouteTraceWriter
-from harness.engine.reader import SliceReader
 from harness.errors import UserError
-from harness.formats.metrics_csv import UNMEASURED, MetricsWriter, Summary, TokenRow
+from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
 
 MIB = 1048576
-AUTO_HEADROOM_MIB = 256
 
 
 class EngineError(RuntimeError):
@@ -31,108 +25,37 @@ class EngineError(RuntimeError):
 
 
 @dataclass
-class CachePlan:
-    budget_bytes: int
-    mode: str  # "off" | "fixed" | "auto"
-    cycle_bytes: int
-    note: str = ""
-
-
-def plan_cache(cfg: EngineConfig, layout: ModelLayout, k: int) -> CachePlan:
-    """Resolve --cache-mb 0|N|auto into bytes and apply the token-cycle guard (one rule: cache.py)."""
-    ebytes = layout.expert_bytes_per_layer()
-    cycle = token_cycle_bytes(ebytes, k)
-    total = layout.expert_total_bytes
-    if cfg.cache_mb == 0:
-        return CachePlan(0, "off", cycle, "no expert cache: every routed expert is read every token")
-    if cfg.cache_mb is None:
-        mi = sysstats.meminfo()
-        avail = mi["MemAvailable"] * MIB
-        why = f"MemAvailable {mi['MemAvailable']:.0f} MiB"
-        lim, _use = sysstats.cgroup_memory()
-        if lim is not None:
-            anon = sysstats.proc_status()["RssAnon"] * MIB
-            cg_avail = lim - anon
-            if cg_avail < avail:
-                avail, why = cg_avail, f"cgroup limit {lim / MIB:.0f} MiB less {anon / MIB:.0f} MiB anon"
-        budget = int(avail - layout.nonexpert_bytes - AUTO_HEADROOM_MIB * MIB)
-        parts = [f"auto: {why}, less dense weights {layout.nonexpert_bytes / MIB:.0f} MiB and "
-                 f"{AUTO_HEADROOM_MIB} MiB headroom"]
-        if cfg.cache_ceil_mb is not None and budget > cfg.cache_ceil_mb * MIB:
-            budget = cfg.cache_ceil_mb * MIB
-            parts.append(f"capped by --cache-ceil-mb {cfg.cache_ceil_mb}")
-        if budget > total:
-            budget = total
-            parts.append(f"capped at all experts ({total / MIB:.0f} MiB)")
-        budget = max(budget, 0)
-        plan = CachePlan(budget, "auto", cycle, "; ".join(parts) + f" -> {budget / MIB:.0f} MiB")
-        if budget == 0:
-            raise UserError(f"--cache-mb auto found no memory for a cache ({plan.note}); pass --cache-mb 0 "
-                            "for no cache, or free memory")
-    else:
-        budget = cfg.cache_mb * MIB
-        plan = CachePlan(budget, "fixed", cycle, f"fixed {cfg.cache_mb} MiB")
-    if cfg.cache_preload and plan.budget_bytes < total:
-        raise UserError(f"--cache-preload needs a budget of every expert, {-(-total // MIB)} MiB; "
-                        f"the budget is {plan.budget_bytes // MIB} MiB ({plan.note})")
-    problem = budget_problem(plan.budget_bytes, cycle)
-    if problem and not cfg.force_cache:
-        raise UserError(problem)
-    if problem:
-        plan.note += " (forced below the token cycle: expect ~0% hits)"
-    return plan
-
-
-@dataclass
 class RunResult:
     tokens: list[int] = field(default_factory=list)
-    text: str = ""
     summary: Summary = field(default_factory=Summary)
     k_effective: int | None = None
-    cache: CachePlan | None = None
-    odirect_note: str | None = None
 
 
 class Session:
-    def __init__(self, cfg: EngineConfig, layout: ModelLayout, corrupt: tuple[int, int, int] | None = None,
-                 fail_at_layer: int | None = None, use_c_filter: bool = True):
+    """`make_hook` is called after the model is loaded and before the context is made (the eval callback is
+    fixed per context); it returns the hook to install, or None for the plain mmap run."""
+
+    def __init__(self, cfg: EngineConfig, layout: ModelLayout,
+                 make_hook: Callable[[], StreamHook | None] = lambda: None):
         from llama_cpp import llama_cpp as L
 
         self.L = L
         self.cfg = cfg
         self.layout = layout
+        self.hook: StreamHook | None = None
+        self.result: RunResult | None = None  # set when run() has yielded its last row
         self._log: deque[str] = deque(maxlen=50)
         self._log_cb = L.llama_log_callback(self._on_log)
         L.llama_log_set(self._log_cb, ctypes.c_void_p(0))
         L.llama_backend_init()
-        self.k_model = layout.n_expert_used
-        self.k_requested = cfg.n_expert_used or self.k_model
-        if cfg.n_expert_used > layout.n_expert:
-            raise UserError(f"--n-expert-used {cfg.n_expert_used} is above the model's {layout.n_expert} experts "
-                            f"({cfg.model}); use 1..{layout.n_expert}, or 0 for the model's own {self.k_model}")
-        self.hook: StreamHook | None = None
-        self.reader: SliceReader | None = None
-        self.cache: ExpertCache | None = None
-        self.cache_plan: CachePlan | None = None
-        if cfg.moe_stream:
-            self.cache_plan = plan_cache(cfg, layout, self.k_requested)
         t0 = time.perf_counter()
-        self._load_model()
-        replay = None
-        if cfg.route_replay:
-            from harness.engine.route_replay import RouteReplay
-
-            replay = RouteReplay(cfg.route_replay, layout, self.k_requested)
-        if cfg.moe_stream:
-            assert self.cache_plan is not None
-            self.cache = ExpertCache(self.cache_plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy,
-                                     n_expert=layout.n_expert)
-            self.reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
-        if cfg.moe_stream or replay is not None:
-            self.hook = StreamHook(layout, self.cache, self.reader, record_routes=bool(cfg.route_trace),
-                                   corrupt=corrupt, fail_at_layer=fail_at_layer, preload=cfg.cache_preload,
-                                   use_c_filter=use_c_filter, replay=replay)
-        self._make_context()
+        try:
+            self._load_model()
+            self.hook = make_hook()
+            self._make_context()
+        except BaseException:
+            self.close()
+            raise
         self.load_s = time.perf_counter() - t0
 
     # -- llama.cpp plumbing -----------------------------------------------------------------------
@@ -196,10 +119,6 @@ class Session:
         if getattr(self, "model", None):
             L.llama_model_free(self.model)
             self.model = None
-        if self.hook:
-            self.hook.close()
-        if self.reader:
-            self.reader.close()
 
     # -- text ----------------------------------------------------------------------------------------
     def prompt_text(self) -> str:
@@ -225,12 +144,17 @@ class Session:
     def tokenize(self, text: str) -> list[int]:
         L = self.L
         raw = text.encode()
-        n_max = len(raw) + 16
-        arr = (L.llama_token * n_max)()
-        n = L.llama_tokenize(self.vocab, raw, len(raw), arr, n_max, True, True)
-        if n < 0:
-            raise EngineError("tokenization failed")
-        return list(arr[:n])
+        n_max = len(raw) + 16  # enough for most vocabularies; a byte-level one may need more (a space can
+        # be three byte tokens): llama_tokenize then returns minus the count it needs, and we retry once
+        for _ in range(2):
+            arr = (L.llama_token * n_max)()
+            n = L.llama_tokenize(self.vocab, raw, len(raw), arr, n_max, True, True)
+            if n >= 0:
+                return list(arr[:n])
+            if n == -(2**31):  # the count overflows int32
+                break
+            n_max = -n
+        raise EngineError(f"tokenization failed: llama_tokenize returned {n} for a {len(raw)}-byte prompt")
 
     def piece(self, tok: int) -> bytes:
         buf = ctypes.create_string_buffer(256)
@@ -260,35 +184,11 @@ class Session:
             raise EngineError(f"llama_decode returned {rc}: {self.last_log()}")
 
     # -- the run ---------------------------------------------------------------------------------------
-    def preamble(self) -> dict[str, object]:
-        lay = self.layout
-        p: dict[str, object] = {
-            "engine": "bmoe", "engine_version": __version__, "host": sysstats.host_description(),
-            "arch": lay.arch, "model_file": os.path.abspath(self.cfg.model), "model_bytes": lay.file_bytes,
-            "n_layer": lay.n_layer, "n_expert": lay.n_expert, "n_expert_used_model": self.k_model,
-            "expert_bytes_total": lay.expert_total_bytes, "dense_bytes": lay.nonexpert_bytes,
-            "mode": "stream" if self.cfg.moe_stream else "mmap",
-        }
-        p.update({f"cfg.{k}": v for k, v in self.cfg.resolved().items()})
-        if self.cache_plan:
-            p.update({"cache_budget_bytes": self.cache_plan.budget_bytes, "cache_mode": self.cache_plan.mode,
-                      "cache_policy_active": self.cache.policy.name if self.cache else "",
-                      "cache_plan": self.cache_plan.note, "token_cycle_bytes": self.cache_plan.cycle_bytes})
-        if self.reader:
-            p["odirect_effective"] = int(self.reader.odirect)
-        if self.hook:
-            p["hook_front"] = self.hook.front
-        if self.cfg.route_replay:
-            p["route_replay"] = os.path.abspath(self.cfg.route_replay)
-            p["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
-        p["read_bytes_source"] = "reader" if self.cfg.moe_stream else "proc_io"
-        p["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
-        p["units"] = "ms, bytes, MiB; -1 = unmeasured"
-        return p
-
-    def run(self, on_token: Callable[[TokenRow, str], None] | None = None, csv: MetricsWriter | None = None,
-            trace: RouteTraceWriter | None = None) -> RunResult:
+    def run(self) -> Iterator[TokenRow]:
+        """Prefill, then decode up to -n tokens, yielding each token's row; `self.result` holds the summary
+        once the last row has been yielded."""
         cfg, hook = self.cfg, self.hook
+        cache = hook.cache if hook else None
         res = RunResult()
         s = res.summary
         s.load_s = self.load_s
@@ -308,13 +208,9 @@ class Session:
             if hook:
                 c = hook.take_counters()
                 s.extra["prefill_read_mib"] = round(c.read_bytes / MIB, 3)
-                if trace:
-                    trace.events(0, 0, hook.routes)
-                    hook.routes.clear()
                 hook.phase = 1
             majflt0, cpu0 = sysstats.rusage()
             io0 = sysstats.proc_io_read_bytes()
-            out = bytearray()
             tok = L.llama_sampler_sample(smpl, self.ctx, -1)
             s.ttft_s = time.perf_counter() - t0
             t_loop = time.perf_counter()
@@ -322,13 +218,11 @@ class Session:
                 if L.llama_vocab_is_eog(self.vocab, tok):
                     break
                 res.tokens.append(tok)
-                delta = self.piece(tok)
-                out += delta
                 loop_ms = (time.perf_counter() - t_loop) * 1e3
                 t1 = time.perf_counter()
                 self._decode([tok])
                 wall = time.perf_counter() - t1
-                t_loop = time.perf_counter()
+                t_loop = time.perf_counter()  # from here to the next decode: rows, consumers, sampling
                 s.decode_s += wall
                 s.n_decode += 1
                 row = self._row(step, wall, loop_ms, tok)
@@ -337,7 +231,7 @@ class Session:
                 row.majflt_mib = round((majflt - majflt0) * 4096 / MIB, 3)
                 row.cpu_ms = (cpu - cpu0) * 1e3
                 majflt0, cpu0 = majflt, cpu
-                if self.cache is None:
+                if cache is None:
                     io = sysstats.proc_io_read_bytes()
                     row.read_bytes = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED
                     io0 = io
@@ -345,46 +239,28 @@ class Session:
                         s.read_bytes += row.read_bytes
                 else:
                     s.read_bytes += row.read_bytes
-                    if trace:
-                        trace.events(0, step, hook.routes)
-                        hook.routes.clear()
-                if csv:
-                    csv.row(row)
-                if on_token:
-                    on_token(row, delta.decode("utf-8", "replace"))
+                yield row
                 tok = L.llama_sampler_sample(smpl, self.ctx, -1)
         finally:
             L.llama_sampler_free(smpl)
-        res.text = out.decode("utf-8", "replace")
         if hook:
             res.k_effective = hook.k_effective
             s.extra["k_effective"] = hook.k_effective
-        if hook and self.cache:
-            st = self.cache.stats
-            s.hit_pct = st.hit_pct if self.cache.enabled else None
-            s.cache_resident_mib = self.cache.resident_bytes / MIB if self.cache.enabled else None
-            s.evictions = st.evictions if self.cache.enabled else None
-            s.extra["cache_budget_mib"] = round(self.cache.budget / MIB, 3)
-            s.extra["token_cycle_mib"] = round(self.cache_plan.cycle_bytes / MIB, 3) if self.cache_plan else -1
-            s.extra["odirect"] = int(self.reader.odirect) if self.reader else 0
-        s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
-        res.cache = self.cache_plan
-        if self.reader and self.reader.odirect_refused:
-            res.odirect_note = self.reader.odirect_refused
-        return res
+        self.result = res
 
     def _row(self, step: int, wall_s: float, loop_ms: float, tok: int) -> TokenRow:
         cfg, hook = self.cfg, self.hook
+        cache = hook.cache if hook else None
         r = TokenRow(step=step, steps=cfg.n_predict, wall_ms=wall_s * 1e3, turn=0, loop_overhead_ms=loop_ms,
                      token_id=tok)
-        if hook and self.cache is not None:
+        if hook and cache is not None:
             c = hook.take_counters()
             r.stall_ms, r.mgmt_ms = c.stall_ns / 1e6, c.mgmt_ns / 1e6
             r.io_ms = c.io_ns / 1e6
             r.compute_ms = wall_s * 1e3 - r.stall_ms - r.mgmt_ms
             r.read_bytes = c.read_bytes
-            r.cache_hit_pct = self.cache.stats.hit_pct if self.cache.enabled else UNMEASURED
-            r.cache_budget_mib = self.cache.budget / MIB
+            r.cache_hit_pct = cache.stats.hit_pct if cache.enabled else UNMEASURED
+            r.cache_budget_mib = cache.budget / MIB
         ps, mi = sysstats.proc_status(), sysstats.meminfo()
         r.rss_mib, r.rss_anon_mib, r.rss_file_mib, r.swap_mib = ps["VmRSS"], ps["RssAnon"], ps["RssFile"], ps["VmSwap"]
         r.mem_available_mib, r.mem_free_mib, r.swap_free_mib = mi["MemAvailable"], mi["MemFree"], mi["SwapFree"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+from dataclasses import dataclass
 from pathlib import Path
 
 MIB = 1024 * 1024
@@ -75,3 +76,18 @@ def cgroup_memory() -> tuple[int | None, int | None]:
 def host_description() -> str:
     u = os.uname()
     return f"{u.sysname} {u.release} {u.machine}, {os.cpu_count()} CPUs"
+
+
+@dataclass(frozen=True)
+class MemReading:
+    """Memory as `--cache-mb auto` sees it at load."""
+
+    available_mib: float  # /proc/meminfo MemAvailable
+    cgroup_limit_bytes: int | None = None  # this process's memory cgroup limit, None when unlimited
+    anon_mib: float = 0.0  # this process's RssAnon (already charged to the cgroup)
+
+
+def memory_reading() -> MemReading:
+    """MemAvailable, the memory cgroup's limit and this process's RssAnon (read only under a limit)."""
+    lim, _use = cgroup_memory()
+    return MemReading(meminfo()["MemAvailable"], lim, proc_status()["RssAnon"] if lim is not None else 0.0)

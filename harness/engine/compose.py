@@ -1,0 +1,207 @@
+"""The engine's composition root: from a validated config to a wired run.
+
+It decides the expert source (resident: the plain mmap run, no hook; streamed: cache, reader lanes and the
+hook; replayed: the hook forces a recorded routing, streamed or not), plans the cache budget before the
+model loads, builds the parts in order, and attaches the telemetry sinks (metrics CSV, route trace, stdout
+text or progress lines). The session does only llama.cpp and the token loop; the CLI only parses, calls
+`open_engine`, and prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from harness import __version__
+from harness.engine import sysstats
+from harness.engine.cache import ExpertCache
+from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
+from harness.engine.config import EngineConfig, validate_for_model
+from harness.engine.gguf_layout import ModelLayout, load_layout
+from harness.engine.hook import StreamHook
+from harness.engine.metrics import RouteTraceWriter
+from harness.engine.reader import ExpertReader, SliceReader
+from harness.engine.session import RunResult, Session
+from harness.engine.sinks import CsvSink, RouteTraceSink, Sink, TextSink
+from harness.errors import UserError
+from harness.formats.metrics_csv import MetricsWriter, Summary
+
+MIB = 1048576
+
+# installed by the CLI for tests only (harness.engine.faults): wraps the reader the hook reads through
+ReaderWrapper = Callable[[SliceReader, ModelLayout], ExpertReader]
+
+
+def check_model_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such model file; check the -m path")
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a directory; pass the .gguf file (first shard of a split model)")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"{path}: permission denied; make the model file readable (chmod a+r)")
+
+
+@dataclass
+class Parts:
+    """The streaming parts of a run (all None for the plain mmap run)."""
+
+    plan: CachePlan | None = None
+    cache: ExpertCache | None = None
+    reader: ExpertReader | None = None
+    hook: StreamHook | None = None
+
+    def close(self) -> None:
+        if self.hook:
+            self.hook.close()
+        if self.reader:
+            self.reader.close()
+
+
+@dataclass
+class Engine:
+    cfg: EngineConfig
+    layout: ModelLayout
+    k: int  # experts per token requested (the override, or the model's own)
+    session: Session
+    parts: Parts
+    sinks: list[Sink] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        """What the run is about to do, for stderr."""
+        cfg, lay, p = self.cfg, self.layout, self.parts
+        out = []
+        if cfg.moe_stream and p.plan:
+            out.append(f"bmoe: streaming {lay.arch}: {len(lay.by_layer)} MoE layers x {lay.n_expert} experts, "
+                       f"k={self.k}, token cycle T={p.plan.cycle_bytes / MIB:.1f} MiB; cache {p.plan.note}; "
+                       f"policy {cfg.cache_policy}; {cfg.io_threads} lanes, "
+                       f"O_DIRECT {'on' if p.reader and p.reader.odirect else 'off'}")
+            if p.reader and p.reader.odirect_refused:
+                out.append(f"bmoe: {p.reader.odirect_refused}")
+        if cfg.route_replay:
+            out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
+                       "text is meaningless; timings and bytes are the point")
+        return out
+
+    def run(self, between_tokens: Callable[[], None] = lambda: None) -> RunResult:
+        """Generate, feeding every sink each token row; `between_tokens` runs before each row is handed out
+        (the CLI checks for Ctrl-C there). Returns the result with the complete summary."""
+        sess = self.session
+        rows = sess.run()
+        try:
+            for row in rows:
+                between_tokens()
+                text = sess.piece(row.token_id).decode("utf-8", "replace")
+                for s in self.sinks:
+                    s.row(row, text)
+        finally:
+            rows.close()  # an interrupted run frees its sampler now, before the session closes
+        res = sess.result
+        assert res is not None
+        self._complete(res.summary)
+        for s in self.sinks:
+            s.finish(res.summary)
+        return res
+
+    def _complete(self, s: Summary) -> None:
+        p = self.parts
+        if p.hook and p.cache:
+            st = p.cache.stats
+            s.hit_pct = st.hit_pct if p.cache.enabled else None
+            s.cache_resident_mib = p.cache.resident_bytes / MIB if p.cache.enabled else None
+            s.evictions = st.evictions if p.cache.enabled else None
+            s.extra["cache_budget_mib"] = round(p.cache.budget / MIB, 3)
+            s.extra["token_cycle_mib"] = round(p.plan.cycle_bytes / MIB, 3) if p.plan else -1
+            s.extra["odirect"] = int(p.reader.odirect) if p.reader else 0
+        s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
+
+    def preamble(self) -> dict[str, object]:
+        """The metrics CSV's preamble: engine, model, the resolved configuration (`cfg.*`), what was wired."""
+        cfg, lay, p = self.cfg, self.layout, self.parts
+        d: dict[str, object] = {
+            "engine": "bmoe", "engine_version": __version__, "host": sysstats.host_description(),
+            "arch": lay.arch, "model_file": os.path.abspath(cfg.model), "model_bytes": lay.file_bytes,
+            "n_layer": lay.n_layer, "n_expert": lay.n_expert, "n_expert_used_model": lay.n_expert_used,
+            "expert_bytes_total": lay.expert_total_bytes, "dense_bytes": lay.nonexpert_bytes,
+            "mode": "stream" if cfg.moe_stream else "mmap",
+        }
+        d.update({f"cfg.{k}": v for k, v in cfg.resolved().items()})
+        if p.plan:
+            d.update({"cache_budget_bytes": p.plan.budget_bytes, "cache_mode": p.plan.mode,
+                      "cache_policy_active": p.cache.policy.name if p.cache else "",
+                      "cache_plan": p.plan.note, "token_cycle_bytes": p.plan.cycle_bytes})
+        if p.reader:
+            d["odirect_effective"] = int(p.reader.odirect)
+        if p.hook:
+            d["hook_front"] = p.hook.front
+        if cfg.route_replay:
+            d["route_replay"] = os.path.abspath(cfg.route_replay)
+            d["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
+        d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
+        d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
+        d["units"] = "ms, bytes, MiB; -1 = unmeasured"
+        return d
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()
+        self.sinks = []
+        self.session.close()
+        self.parts.close()
+
+
+def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
+                  wrap_reader: ReaderWrapper | None) -> StreamHook | None:
+    """Build the expert source once the model is loaded: the hook (with cache and reader when streamed,
+    with the replay when routing is replayed), or None for the resident run. Fills `parts` as it goes,
+    so that whatever was built is closed even if a later step fails."""
+    replay = None
+    if cfg.route_replay:
+        from harness.engine.route_replay import RouteReplay
+
+        replay = RouteReplay(cfg.route_replay, layout, k)
+    if cfg.moe_stream:
+        assert parts.plan is not None
+        parts.cache = ExpertCache(parts.plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy,
+                                  n_expert=layout.n_expert)
+        reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
+        parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
+    if not cfg.moe_stream and replay is None:
+        return None
+    parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
+                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay)
+    return parts.hook
+
+
+def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
+                wrap_reader: ReaderWrapper | None = None) -> Engine:
+    """Check the model, plan the cache (refusals come before the slow load), load, wire, open the sinks.
+    `out` receives the generated text (or the progress lines)."""
+    check_model_file(cfg.model)
+    layout = load_layout(cfg.model)
+    validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
+    k = cfg.n_expert_used or layout.n_expert_used
+    parts = Parts()
+    if cfg.moe_stream:
+        mem = sysstats.memory_reading() if cfg.cache_mb is None else None
+        parts.plan = plan_cache(cfg, ExpertSizes.of(layout), k, mem)
+    try:
+        session = Session(cfg, layout, lambda: _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter,
+                                                             wrap_reader=wrap_reader))
+    except BaseException:
+        parts.close()
+        raise
+    eng = Engine(cfg, layout, k, session, parts)
+    try:
+        if cfg.csv:
+            eng.sinks.append(CsvSink(MetricsWriter(cfg.csv, eng.preamble())))
+        if cfg.route_trace and parts.hook:
+            eng.sinks.append(RouteTraceSink(
+                RouteTraceWriter(cfg.route_trace, cfg.model, layout.arch, layout.n_layer, layout.n_expert, k,
+                                 layout.expert_bytes_per_layer(), layout.dense_bytes_by_layer), parts.hook))
+        eng.sinks.append(TextSink(out, cfg.progress))
+    except BaseException:
+        eng.close()
+        raise
+    return eng

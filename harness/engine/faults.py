@@ -1,0 +1,92 @@
+"""Fault injection for the correctness gates: a reader wrapper, installed by the CLI only when a test asks
+(`BMOE_TEST_WRONG_EXPERT=layer,expert,wrong`, `BMOE_TEST_FAIL_AT_LAYER=N`). Production parts know
+nothing of it.
+
+- wrong expert: every slice read of `expert` in `layer` gets `wrong`'s bytes instead (the negative control:
+  the byte-identity gate must see one wrong expert);
+- fail at layer: the first read of any expert of that layer raises inside the eval callback (the gate that
+  an exception there becomes an error, never garbage output).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.engine.gguf_layout import ExpertTensor, ModelLayout
+from harness.engine.reader import SliceReader
+from harness.errors import UserError
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Faults:
+    wrong_expert: tuple[int, int, int] | None = None  # (layer, expert, wrong expert)
+    fail_at_layer: int | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | os._Environ) -> Faults | None:
+        """The faults a test asked for through the environment; None when there are none."""
+        wrong, fail = env.get("BMOE_TEST_WRONG_EXPERT"), env.get("BMOE_TEST_FAIL_AT_LAYER")
+        if not wrong and not fail:
+            return None
+        try:
+            we = tuple(int(x) for x in wrong.split(",")) if wrong else None
+            fl = int(fail) if fail else None
+        except ValueError:
+            raise UserError("BMOE_TEST_WRONG_EXPERT takes layer,expert,wrong and BMOE_TEST_FAIL_AT_LAYER a layer "
+                            "number") from None
+        if we is not None and len(we) != 3:
+            raise UserError(f"BMOE_TEST_WRONG_EXPERT takes layer,expert,wrong, got {wrong!r}")
+        return cls(we, fl)  # type: ignore[arg-type]
+
+    def wrap(self, reader: SliceReader, layout: ModelLayout) -> FaultyReader:
+        return FaultyReader(reader, layout, self)
+
+
+class FaultyReader:
+    """A SliceReader that loads a wrong expert's bytes, or raises at one layer; otherwise the inner reader."""
+
+    def __init__(self, inner: SliceReader, layout: ModelLayout, faults: Faults):
+        self.inner = inner
+        self.faults = faults
+        # (file, slice position) -> (tensor, expert) for every routed-expert slice
+        self._slices: dict[tuple[Path, int], tuple[ExpertTensor, int]] = {
+            (et.path, et.abs_offset + e * et.nb2): (et, e) for et in layout.experts.values() for e in range(et.n_expert)
+        }
+
+    @property
+    def odirect(self) -> bool:
+        return self.inner.odirect
+
+    @property
+    def odirect_refused(self) -> str | None:
+        return self.inner.odirect_refused
+
+    def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
+        et, e = self._slices[(path, file_pos)]
+        if et.layer == self.faults.fail_at_layer:
+            raise InjectedFault(f"test fault injected at layer {et.layer} (BMOE_TEST_FAIL_AT_LAYER)")
+        we = self.faults.wrong_expert
+        if we is None or (we[0], we[1]) != (et.layer, e):
+            return self.inner.submit(path, file_pos, length, addr)
+        # buffered and synchronous: an O_DIRECT read of another slice would land at another page offset
+        with open(path, "rb") as f:
+            f.seek(et.abs_offset + we[2] * et.nb2)
+            data = f.read(length)
+        ctypes.memmove(addr, data, length)
+        done: Future = Future()
+        done.set_result((length, 0))
+        return done
+
+    def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None:
+        self.inner.release_mapped(path, file_pos, length, mapped_addr)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,83 @@
+"""Telemetry sinks: where a run's token rows go (the formats' writers do the writing).
+
+Each sink takes every `TokenRow` with its text delta, then the summary once, then is closed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
+from harness.formats.progress import progress_line
+
+if TYPE_CHECKING:
+    from harness.engine.hook import StreamHook
+    from harness.engine.metrics import RouteTraceWriter
+
+
+class Sink(Protocol):
+    def row(self, row: TokenRow, text: str) -> None: ...
+
+    def finish(self, summary: Summary) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CsvSink:
+    """The per-token `bmoe_metrics` CSV: preamble at open, one row per token, the summary line."""
+
+    def __init__(self, writer: MetricsWriter):
+        self.writer = writer
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self.writer.row(row)
+
+    def finish(self, summary: Summary) -> None:
+        self.writer.summary(summary)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RouteTraceSink:
+    """The `route_trace` file: after each token, the routing decisions the hook recorded for it (the first
+    token's come after the prompt's, which are written as step 0)."""
+
+    def __init__(self, writer: RouteTraceWriter, hook: StreamHook):
+        self.writer = writer
+        self.hook = hook
+
+    def _flush(self, step: int) -> None:
+        events = self.hook.take_routes()
+        prefill = [e for e in events if e.phase == 0]
+        if prefill:
+            self.writer.events(0, 0, prefill)
+        self.writer.events(0, step, [e for e in events if e.phase != 0])
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self._flush(row.step)
+
+    def finish(self, summary: Summary) -> None:
+        self._flush(0)  # a generation that ended at once still has its prompt's routing
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class TextSink:
+    """stdout: the generated text alone, or one `BMOE_PROGRESS {json}` line per token (--progress)."""
+
+    def __init__(self, out: TextIO, progress: bool):
+        self.out = out
+        self.progress = progress
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self.out.write(progress_line(row, text) + "\n" if self.progress else text)
+        self.out.flush()
+
+    def finish(self, summary: Summary) -> None:
+        if not self.progress:
+            self.out.write("\n")
+
+    def close(self) -> None:
+        pass
