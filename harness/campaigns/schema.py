@@ -11,28 +11,16 @@ import difflib
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, Field, Tag, ValidationError
 from pydantic_core import ErrorDetails
 
 from harness.campaigns.recipe import recipe_spec
-from harness.campaigns.yamlsrc import Document, Loc, Problems, loc_name, read_document, type_name
+from harness.campaigns.yamlsrc import CampaignError, Document, Loc, loc_name, read_document, type_name
 from harness.errors import UserError
-from harness.formats.campaign import (
-    BundleAxis,
-    CampaignFile,
-    Cooldown,
-    EngineSpec,
-    FlagAxis,
-    FlagValue,
-    ModelSource,
-    TargetSpec,
-    render_value,
-)
-
-__all__ = ["Axis", "AxisValue", "Campaign", "Cooldown", "EngineSpec", "ExplicitCell", "FlagValue", "ModelSource",
-           "TargetSpec", "load_campaign"]
+from harness.formats.campaign import BundleAxis, CampaignFile, FlagAxis, FlagValue, render_value
+from harness.formats.campaign import Cooldown as Cooldown  # re-exported: gate.py and tests import it from here
 
 
 @dataclass(frozen=True)
@@ -87,15 +75,13 @@ def load_campaign(path: Path | str) -> Campaign:
     shown = str(path)
     path = Path(path)
     doc = read_document(path, shown)
-    probs = Problems(shown, list(doc.problems))
     try:
         spec = CampaignFile.model_validate(doc.data)
     except ValidationError as e:
-        probs.items += [_explain(err, doc) for err in e.errors()]
-        probs.raise_if_any()
-        raise AssertionError("unreachable") from None
-    probs.items += [(doc.line(loc), msg) for loc, msg in spec.relation_problems() + _recipe_problems(spec)]
-    probs.raise_if_any()
+        raise CampaignError.at(shown, doc.problems + [_explain(err, doc) for err in e.errors()]) from None
+    problems = doc.problems + [(doc.line(loc), msg) for loc, msg in spec.relation_problems() + _recipe_problems(spec)]
+    if problems:
+        raise CampaignError.at(shown, problems)
     axes = tuple(_axis(ax, ("axes", i), doc) for i, ax in enumerate(spec.axes))
     cells = tuple(ExplicitCell(flags=dict(f), line=doc.line(("cells", i))) for i, f in enumerate(spec.cells))
     fields = {k: getattr(spec, k) for k in CampaignFile.model_fields}
@@ -139,13 +125,11 @@ def _explain(err: ErrorDetails, doc: Document) -> tuple[int, str]:
     if is_key:
         return doc.line(loc, key=True), f"{loc_name(loc[:-1])}: {err['msg']}"
     text, value = doc.texts.get(loc), err["input"]
-    if kind == "literal_error":
-        got = repr(text or value) if isinstance(value, str) else _got(value, text)
-        return doc.line(loc), f"{where} must be {_describe(ann)}, got {got}"
-    if kind.endswith("_type"):
-        want = _describe(ann)
+    if kind == "literal_error" or kind.endswith("_type"):
+        got = repr(text or value) if kind == "literal_error" and isinstance(value, str) else _got(value, text)
+        want = _want(kind, ann)
         known = _fields(parent).get(str(loc[-1]), "") if loc and want.startswith(("a list", "a mapping")) else ""
-        return doc.line(loc), f"{where} must be {want}, got {_got(value, text)}" + (f" ({known})" if known else "")
+        return doc.line(loc), f"{where} must be {want}, got {got}" + (f" ({known})" if known else "")
     if kind == "greater_than_equal":
         return doc.line(loc), f"{where} must be >= {err['ctx']['ge']:g}, got {text or value}"
     if kind in ("too_short", "string_too_short"):
@@ -209,24 +193,12 @@ def _bare(ann: object) -> object:
             return ann
 
 
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "a boolean"}
+_WANT = {"int_type": "an integer", "float_type": "a number", "string_type": "a string", "bool_type": "a boolean",
+         "list_type": "a list", "flag_value_type": "a single value (string, number, true/false, null)"}
 
 
-def _describe(ann: object) -> str:
-    bare = _bare(ann)
-    if _is_union(bare):
-        return "a single value (string, number, true/false, null)"
-    nullable = _is_union(_strip_annotated(ann)) and type(None) in get_args(_strip_annotated(ann))
-    if get_origin(bare) is Literal:
-        text = "one of " + ", ".join(map(str, get_args(bare)))
-    elif get_origin(bare) is list:
-        text = "a list"
-    else:
-        text = _NAMES.get(bare, "a mapping")  # type: ignore[call-overload]
-    return text + (" or null" if nullable else "")
-
-
-def _strip_annotated(ann: object) -> object:
-    while get_origin(ann) is Annotated:
-        ann = get_args(ann)[0]
-    return ann
+def _want(kind: str, ann: object) -> str:
+    """What a value of type `ann` must be, after an error of this kind."""
+    text = "one of " + ", ".join(map(str, get_args(_bare(ann)))) if kind == "literal_error" else \
+        _WANT.get(kind, "a mapping")
+    return text + (" or null" if type(None) in get_args(ann) else "")

@@ -17,21 +17,6 @@ from harness.errors import UserError
 Loc = tuple[str | int, ...]  # keys and list indices from the top of the document
 
 
-@dataclass
-class Problems:
-    """Validation problems, each `file:line: message`, collected so `validate` can list them all."""
-
-    src: str
-    items: list[tuple[int, str]] = field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        return [f"{self.src}:{line}: {msg}" for line, msg in sorted(self.items, key=lambda t: t[0])]
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise CampaignError(self.lines())
-
-
 class CampaignError(UserError):
     """One or more campaign problems. str() is the first one (one line); `.lines` holds all of them."""
 
@@ -39,6 +24,11 @@ class CampaignError(UserError):
         self.lines = lines
         more = f" (and {len(lines) - 1} more: run `bmoe-bench validate` to list them)" if len(lines) > 1 else ""
         super().__init__(lines[0] + more)
+
+    @classmethod
+    def at(cls, src: str, problems: list[tuple[int, str]]) -> CampaignError:
+        """From (line, message) pairs, in line order."""
+        return cls([f"{src}:{line}: {msg}" for line, msg in sorted(problems, key=lambda t: t[0])])
 
 
 @dataclass

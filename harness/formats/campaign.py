@@ -1,7 +1,7 @@
 """The campaign file (YAML): every key, its type, default and help, declared once as pydantic models.
 
 `CampaignFile` is the whole file; its parts `ModelSource`, `TargetSpec`, `EngineSpec` and `Cooldown` are
-also the manifest's record of a plan. Values are strict: `tokens: "8"` is an error, not 8. Validation
+public for the manifest's record of a plan. Values are strict: `tokens: "8"` is an error, not 8. Validation
 checks each value; the rules between fields (exactly one model source, what a target or an engine kind
 allows, flags the harness owns) are `CampaignFile.relation_problems()`, which lists every broken one at
 once as (location, message). A location is the path of keys and list indices.
@@ -63,7 +63,8 @@ def _keep_order(v: object, handler) -> object:
 
 FlagName = Annotated[str, _check(r"-[A-Za-z]|--[A-Za-z0-9][A-Za-z0-9_-]*",
                                  "{v!r} is not an engine flag; write it as the engine does, e.g. -t or --cache-mb")]
-Flags = dict[FlagName, Annotated[FlagValue, PlainValidator(_scalar)]]
+Value = Annotated[FlagValue, PlainValidator(_scalar)]
+Flags = dict[FlagName, Value]
 Label = Annotated[str, _check(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", "label {v!r} must be a word (letters, digits, _ . + -)")]
 
 
@@ -72,7 +73,7 @@ class _Model(BaseModel):
 
 
 class Recipe(TypedDict, total=False):
-    """A synthetic model to generate: a named shape with ModelSpec fields overridden."""
+    """A make-model recipe: a named shape with some of its ModelSpec fields overridden."""
 
     __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
     shape: str
@@ -126,9 +127,8 @@ class EngineArgs(TypedDict, total=False):
 
 
 class EngineSpec(_Model):
-    kind: Literal["bmoe", "external"] = Field("bmoe", description="bmoe (the installed console script, local "
-                                                                  "only) or external (any executable that "
-                                                                  "writes bmoe_metrics CSVs)")
+    kind: Literal["bmoe", "external"] = Field("bmoe", description=(
+        "bmoe (the installed console script, local only) or external (any executable writing bmoe_metrics CSVs)"))
     path: str | None = Field(None, description="external: the engine executable on the target")
     push_from: str | None = Field(None, description="external: a local engine binary to stage on the target "
                                                     "(adb: pushed once)")
@@ -146,8 +146,7 @@ class Cooldown(_Model):
 
 class FlagAxis(_Model):
     flag: FlagName = Field(description="the engine flag this axis varies; or name, for an axis of labelled bundles")
-    values: list[Annotated[FlagValue, PlainValidator(_scalar)]] = Field(
-        min_length=1, description="the values of the flag, one cell each, e.g. [0, 64]")
+    values: list[Value] = Field(min_length=1, description="the values of the flag, one cell each, e.g. [0, 64]")
 
 
 class BundleAxis(_Model):
