@@ -109,7 +109,7 @@ def _recipe_problems(spec: CampaignFile) -> list[tuple[Loc, str]]:
     return []
 
 
-# ---- pydantic's errors, said as the old checker said them: where, what it must be, what it got ----
+# ---- a pydantic error as one line: where, what it must be, what it got ----
 
 def _explain(err: ErrorDetails, doc: Document) -> tuple[int, str]:
     loc, parent, ann, is_key = _resolve(err["loc"])
