@@ -167,7 +167,7 @@ def test_bundle_axis_labels_must_be_words(tmp_path):
     ("order: zigzag", "order must be one of interleaved, alternating, random, got 'zigzag'"),
     ("seed: -1", "seed must be >= 0, got -1"),
     ("cross: maybe", "cross must be a boolean, got a string 'maybe'"),
-    ("timeout_s: 0", "timeout_s must be >= 1, got 0.0"),
+    ("timeout_s: 0", "timeout_s must be >= 1, got 0"),  # the value as written
     ("description: [a]", "description must be a string, got a list"),
     ("cooldown: {max_wait_s: soon}", "cooldown.max_wait_s must be a number, got a string 'soon'"),
     ("engine: {kind: external}", "engine kind external needs exactly one of path"),
@@ -176,3 +176,28 @@ def test_every_top_level_key_is_checked(tmp_path, line, msg):
     p = write(tmp_path, GOOD + line + "\n")
     (err,) = errors(p)
     assert err.startswith(f"{p}:11: {msg}"), err
+
+
+def test_misspelt_axis_key_gets_a_hint(tmp_path):
+    p = write(tmp_path, GOOD.replace("  - flag: --cache-mb", "  - flg: --cache-mb"))
+    assert f"{p}:6: unknown key 'flg' in axes[0] (did you mean 'flag'?)" in errors(p)
+
+
+def test_rules_between_fields_are_all_listed(tmp_path):
+    p = write(tmp_path, GOOD.replace("target: {kind: local, mem_cap_mib: 512}",
+                                     "target: {kind: adb, mem_cap_mib: 512}"))
+    lines = errors(p)
+    assert [ln.split(":")[1] for ln in lines] == ["2", "3", "3"]
+    assert "a model recipe generates a local file" in lines[0]
+    assert any("mem_cap_mib and drop_caches apply to target local only" in x for x in lines)
+    assert any("engine bmoe runs where Python runs" in x for x in lines)
+
+
+def test_the_parts_are_the_stored_formats_models(tmp_path):
+    from harness.formats.campaign import Cooldown, EngineSpec, ModelSource, TargetSpec
+
+    c = load_campaign(write(tmp_path, GOOD))
+    assert isinstance(c.model, ModelSource) and c.model.recipe == {"n_layer": 2}
+    assert isinstance(c.target, TargetSpec) and isinstance(c.engine, EngineSpec)
+    assert isinstance(c.cooldown, Cooldown) and c.cooldown.max_wait_s == 300.0
+    assert c.engine.args == {"model": "-m", "prompt": "-p", "tokens": "-n", "csv": "--csv", "progress": "--progress"}

@@ -7,8 +7,9 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from harness.campaigns.schema import Campaign, FlagValue
+from harness.campaigns.schema import Campaign
 from harness.campaigns.yamlsrc import CampaignError
+from harness.formats.campaign import FlagValue, render_value
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,6 @@ def same_value(a: FlagValue, b: FlagValue) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     return a == b and type(a) is type(b) or str(a) == str(b)
-
-
-def render_value(v: FlagValue) -> str:
-    if v is True:
-        return "on"
-    if _absent(v):
-        return "off"
-    return str(v)
 
 
 def cell_label(varied: dict[str, FlagValue]) -> str:

@@ -1,11 +1,12 @@
-"""Read a YAML file as a node tree that remembers line numbers, so campaign errors can say `file:line:`.
+"""Read a YAML file as plain Python values plus the line of every key and value, so campaign errors can
+say `file:line:`.
 
-Only the safe YAML subset is used (`yaml.compose` with the SafeLoader); values are converted with the
-safe constructor, so `true`, `12`, `1.5` and `null` mean what they mean in `yaml.safe_load`."""
+Only the safe YAML subset is used (`yaml.compose` with the SafeLoader); scalars are converted with the
+safe constructor, so `true`, `12`, `1.5` and `null` mean what they mean in `yaml.safe_load`. Mapping keys
+are kept as written (strings); a repeated key is a problem (the first one counts)."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,24 +14,7 @@ import yaml
 
 from harness.errors import UserError
 
-
-@dataclass
-class Problems:
-    """Validation problems, each `file:line: message`, collected so `validate` can list them all."""
-
-    src: str
-    items: list[tuple[int, str]] = field(default_factory=list)
-
-    def add(self, node: yaml.Node | None, msg: str) -> None:
-        line = node.start_mark.line + 1 if node is not None else 1
-        self.items.append((line, msg))
-
-    def lines(self) -> list[str]:
-        return [f"{self.src}:{line}: {msg}" for line, msg in sorted(self.items, key=lambda t: t[0])]
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise CampaignError(self.lines())
+Loc = tuple[str | int, ...]  # keys and list indices from the top of the document
 
 
 class CampaignError(UserError):
@@ -41,8 +25,38 @@ class CampaignError(UserError):
         more = f" (and {len(lines) - 1} more: run `bmoe-bench validate` to list them)" if len(lines) > 1 else ""
         super().__init__(lines[0] + more)
 
+    @classmethod
+    def at(cls, src: str, problems: list[tuple[int, str]]) -> CampaignError:
+        """From (line, message) pairs, in line order."""
+        return cls([f"{src}:{line}: {msg}" for line, msg in sorted(problems, key=lambda t: t[0])])
 
-def compose_file(path: Path, shown: str) -> yaml.Node:
+
+@dataclass
+class Document:
+    """A YAML file's content as plain values, and where each part of it is."""
+
+    data: object = None
+    value_lines: dict[Loc, int] = field(default_factory=dict)
+    key_lines: dict[Loc, int] = field(default_factory=dict)  # the line of the key of a mapping entry
+    texts: dict[Loc, str] = field(default_factory=dict)  # scalars as written
+    problems: list[tuple[int, str]] = field(default_factory=list)  # (line, message)
+
+    def line(self, loc: Loc, *, key: bool = False) -> int:
+        """The line of `loc` (its key's line with key=True), else of the nearest part that exists."""
+        if key and loc in self.key_lines:
+            return self.key_lines[loc]
+        while loc not in self.value_lines:
+            loc = loc[:-1]
+        return self.value_lines[loc]
+
+
+def read_document(path: Path, shown: str) -> Document:
+    doc = Document()
+    doc.data = _convert(_compose_file(path, shown), (), doc)
+    return doc
+
+
+def _compose_file(path: Path, shown: str) -> yaml.Node:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -63,58 +77,41 @@ def compose_file(path: Path, shown: str) -> yaml.Node:
 _CONSTRUCTOR = yaml.SafeLoader("")  # only used for construct_object on scalar nodes
 
 
-def scalar(node: yaml.ScalarNode) -> object:
+def _convert(node: yaml.Node, loc: Loc, doc: Document) -> object:
+    doc.value_lines[loc] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, object] = {}
+        for knode, vnode in node.value:
+            line = knode.start_mark.line + 1
+            if not isinstance(knode, yaml.ScalarNode):
+                doc.problems.append((line, f"{loc_name(loc)}: keys must be strings"))
+            elif knode.value in out:
+                doc.problems.append((line, f"duplicate key {knode.value!r} in {loc_name(loc)}"))
+            else:
+                doc.key_lines[loc + (knode.value,)] = line
+                out[knode.value] = _convert(vnode, loc + (knode.value,), doc)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_convert(v, loc + (i,), doc) for i, v in enumerate(node.value)]
+    doc.texts[loc] = node.value
     return _CONSTRUCTOR.construct_object(node, deep=True)
 
 
-def plain(node: yaml.Node) -> object:
-    """Whole subtree as Python values."""
-    if isinstance(node, yaml.MappingNode):
-        return {plain(k): plain(v) for k, v in node.value}
-    if isinstance(node, yaml.SequenceNode):
-        return [plain(v) for v in node.value]
-    return scalar(node)
-
-
-def type_name(node: yaml.Node) -> str:
-    if isinstance(node, yaml.MappingNode):
-        return "a mapping"
-    if isinstance(node, yaml.SequenceNode):
-        return "a list"
-    v = scalar(node)
-    if v is None:
-        return "null"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(type(v), type(v).__name__)
-
-
-def mapping_items(node: yaml.Node, allowed: dict[str, str], where: str, probs: Problems
-                  ) -> dict[str, yaml.Node] | None:
-    """Keys of a mapping node -> value nodes. Unknown and duplicate keys are problems. `allowed` maps
-    key -> one-line description (used for suggestions)."""
-    if not isinstance(node, yaml.MappingNode):
-        probs.add(node, f"{where} must be a mapping, got {type_name(node)}")
-        return None
-    out: dict[str, yaml.Node] = {}
-    for knode, vnode in node.value:
-        key = scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
-        if not isinstance(key, str):
-            probs.add(knode, f"{where}: keys must be strings")
-            continue
-        if key in out:
-            probs.add(knode, f"duplicate key {key!r} in {where}")
-            continue
-        if key not in allowed:
-            close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(allowed)})"
-            at = "" if where == "the campaign" else f" in {where}"
-            probs.add(knode, f"unknown key {key!r}{at}{hint}")
-            continue
-        out[key] = vnode
+def loc_name(loc: Loc) -> str:
+    """A location as messages name it: `target.kind`, `axes[0].values`, `flags --cache-mb`."""
+    if not loc:
+        return "the campaign"
+    out = str(loc[0])
+    for part in loc[1:]:
+        out += f"[{part}]" if isinstance(part, int) else f" {part}" if part.startswith("-") else f".{part}"
     return out
 
 
-def key_node(mapping: yaml.MappingNode, key: str) -> yaml.Node | None:
-    for knode, _ in mapping.value:
-        if isinstance(knode, yaml.ScalarNode) and knode.value == key:
-            return knode
-    return None
+def type_name(v: object) -> str:
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(type(v), type(v).__name__)

@@ -1,0 +1,268 @@
+"""The campaign file (YAML): every key, its type, default and help, declared once as pydantic models.
+
+`CampaignFile` is the whole file; its parts `ModelSource`, `TargetSpec`, `EngineSpec` and `Cooldown` are
+public for the manifest's record of a plan. Values are strict: `tokens: "8"` is an error, not 8. Validation
+checks each value; the rules between fields (exactly one model source, what a target or an engine kind
+allows, flags the harness owns) are `CampaignFile.relation_problems()`, which lists every broken one at
+once as (location, message). A location is the path of keys and list indices.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    Tag,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+FlagValue = bool | int | float | str | None  # true = bare flag, false/null = absent
+Loc = tuple[str | int, ...]
+
+# how the harness passes what it owns to the engine; an external engine may spell these differently
+DEFAULT_IO_ARGS: dict[str, str | None] = {"model": "-m", "prompt": "-p", "tokens": "-n", "csv": "--csv",
+                                          "progress": "--progress"}
+# every spelling of a flag the harness sets itself (for the `bmoe` engine), so campaigns cannot set them
+BMOE_MANAGED = {"-m": "model", "--model": "model", "-p": "prompt", "--prompt": "prompt", "-n": "tokens",
+                "--n-predict": "tokens", "--csv": "csv", "--progress": "progress"}
+DEFAULT_PROMPT = "Explain how a mixture-of-experts model decides which experts handle each token."
+
+
+def _check(pattern: str, message: str):
+    """A validator: the string must match `pattern`, else `message` (formatted with the value)."""
+    rx = re.compile(pattern)
+
+    def check(v: str) -> str:
+        if not rx.fullmatch(v):
+            raise PydanticCustomError("campaign", message.format(v=v))
+        return v
+    return AfterValidator(check)
+
+
+def _scalar(v: object) -> object:
+    if v is not None and not isinstance(v, bool | int | float | str):
+        raise PydanticCustomError("flag_value_type", "must be a single value")
+    return v
+
+
+def _keep_order(v: object, handler) -> object:
+    """A TypedDict comes back in declaration order: give it back in the user's order."""
+    out = handler(v)
+    return {k: out[k] for k in v if k in out} if isinstance(v, dict) else out
+
+
+FlagName = Annotated[str, _check(r"-[A-Za-z]|--[A-Za-z0-9][A-Za-z0-9_-]*",
+                                 "{v!r} is not an engine flag; write it as the engine does, e.g. -t or --cache-mb")]
+Value = Annotated[FlagValue, PlainValidator(_scalar)]
+Flags = dict[FlagName, Value]
+Label = Annotated[str, _check(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", "label {v!r} must be a word (letters, digits, _ . + -)")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Recipe(TypedDict, total=False):
+    """A make-model recipe: a named shape with some of its ModelSpec fields overridden."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    shape: str
+    arch: str
+    expert_type: str
+    dense_type: str
+    vocab_type: str
+    n_layer: int
+    n_expert: int
+    n_expert_used: int
+    n_embd: int
+    n_ff_exp: int
+    n_ff_shexp: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_vocab: int
+    ctx_len: int
+    seed: int
+    n_split: int
+
+
+class ModelSource(_Model):
+    path: str | None = Field(None, description="model file on the target (relative: from the campaign's folder)")
+    recipe: Annotated[Recipe, WrapValidator(_keep_order)] | None = Field(
+        None, description="make-model recipe, e.g. {shape: small, n_layer: 16}: generated once, cached")
+    push_from: str | None = Field(
+        None, description="local model file to stage on the target (adb: pushed once, checked by size+hash)")
+
+
+class TargetSpec(_Model):
+    kind: Literal["local", "adb"] = Field("local", description="where the engine runs: this machine, or a "
+                                                               "device over adb")
+    serial: str | None = Field(None, description="adb serial (needed when more than one device is attached)")
+    mem_cap_mib: int | None = Field(None, ge=16, description="local: a cgroup memory cap per run (page cache "
+                                                             "is charged to it)")
+    drop_caches: bool = Field(False, description="local, root: drop the page cache before each run")
+    evict_model: bool = Field(True, description="local: evict the model file from the page cache before each run")
+
+
+class EngineArgs(TypedDict, total=False):
+    """How an external engine spells the flags the harness sets (null: it has no such flag)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    model: FlagName
+    prompt: FlagName
+    tokens: FlagName
+    csv: FlagName
+    progress: FlagName | None
+
+
+class EngineSpec(_Model):
+    kind: Literal["bmoe", "external"] = Field("bmoe", description=(
+        "bmoe (the installed console script, local only) or external (any executable writing bmoe_metrics CSVs)"))
+    path: str | None = Field(None, description="external: the engine executable on the target")
+    push_from: str | None = Field(None, description="external: a local engine binary to stage on the target "
+                                                    "(adb: pushed once)")
+    args: Annotated[EngineArgs, AfterValidator(lambda a: {**DEFAULT_IO_ARGS, **a})] = Field(
+        default_factory=lambda: dict(DEFAULT_IO_ARGS),
+        description="external: how the engine spells model/prompt/tokens/csv/progress")
+
+
+class Cooldown(_Model):
+    cpu_temp_max_c: float | None = Field(None, description="wait while the hottest CPU thermal zone is above this")
+    mem_available_min_mib: int | None = Field(None, ge=0, description="wait while MemAvailable is below this")
+    max_wait_s: float = Field(300.0, ge=0, description="longest wait before a run goes ahead (recorded, warned)")
+    poll_s: float = Field(2.0, ge=0.1, description="seconds between checks")
+
+
+class FlagAxis(_Model):
+    flag: FlagName = Field(description="the engine flag this axis varies; or name, for an axis of labelled bundles")
+    values: list[Value] = Field(min_length=1, description="the values of the flag, one cell each, e.g. [0, 64]")
+
+
+class BundleAxis(_Model):
+    name: str = Field(min_length=1, description="axis name (an axis of labelled flag bundles)")
+    values: dict[Label, Annotated[Flags, BeforeValidator(lambda v: {} if v is None else v)]] = Field(
+        min_length=1, description="label -> flags, one cell each, e.g. {mmap: {}, streamed: {--moe-stream: true}}")
+
+
+def _axis_kind(v: object) -> str | None:
+    if isinstance(v, BundleAxis) or isinstance(v, dict) and "name" in v and "flag" not in v:
+        return "bundle axis"
+    if isinstance(v, dict) and "flag" in v and "name" in v:
+        return None
+    return "flag axis"  # also with neither: its errors name the keys (a misspelt `flg:` gets a hint)
+
+
+AxisSpec = Annotated[
+    Annotated[FlagAxis, Tag("flag axis")] | Annotated[BundleAxis, Tag("bundle axis")],
+    Discriminator(_axis_kind, custom_error_type="campaign", custom_error_message=(
+        "needs exactly one of flag (vary one flag) or name (labelled flag bundles)"))]
+
+
+def _shorthand(v: object) -> object:
+    return {"kind": v} if isinstance(v, str) else v  # `target: local`, `engine: bmoe`
+
+
+class CampaignFile(_Model):
+    name: Annotated[str, _check(r"[a-z0-9][a-z0-9_-]*", "{v!r} must be lower-case letters, digits, '-' or '_'")] = (
+        Field(description="the campaign name, e.g. name: demo; the folder is bench-data/<date>-<name>/"))
+    description: str = Field("", description="one paragraph: the question this campaign answers")
+    model: ModelSource = Field(description="model: {path: FILE} or model: {recipe: {shape: tiny}}")
+    target: Annotated[TargetSpec, BeforeValidator(_shorthand)] = Field(
+        default_factory=TargetSpec, description="where to run: {kind: local|adb, ...}, or just local")
+    engine: Annotated[EngineSpec, BeforeValidator(_shorthand)] = Field(
+        default_factory=EngineSpec, description="what to run: {kind: bmoe|external, path, push_from, args}")
+    flags: Flags = Field(default_factory=dict, description="base engine flags, e.g. {-t: 2, --moe-stream: true}")
+    axes: list[AxisSpec] = Field(default_factory=list, description=(
+        "one thing varied at a time: {flag: --x, values: [...]} or {name: x, values: {label: {flags}}}"))
+    cells: list[Flags] = Field(default_factory=list, description=(
+        "explicit cells: flag mappings, each differing from the base in one flag"))
+    cross: bool = Field(False, description="true to run the full cross product of the axes instead")
+    repeats: int = Field(3, ge=1, description="runs per cell")
+    tokens: int = Field(32, ge=1, description="tokens to generate per run")
+    prompt: Annotated[str, _check(r"(?s).*\S.*", "is empty")] = Field(DEFAULT_PROMPT, description="prompt text")
+    warmup_tokens: int = Field(0, ge=0, description="tokens trimmed from the start of each run before statistics")
+    order: Literal["interleaved", "alternating", "random"] = Field(
+        "alternating", description="run order: alternating reverses odd rounds, random is a seeded shuffle")
+    seed: int = Field(0, ge=0, description="seed for random order and the bootstrap")
+    cooldown: Cooldown = Field(default_factory=Cooldown, description="the gate before each run")
+    timeout_s: float = Field(1800.0, ge=1, description="longest a single run may take")
+
+    def relation_problems(self) -> list[tuple[Loc, str]]:
+        """Every rule between fields this file breaks, as (location, message)."""
+        out = self._part_problems() + self._axis_problems()
+        if self.warmup_tokens >= self.tokens:
+            out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
+                                            f"({self.tokens}): nothing would be left to measure"))
+        if self.engine.kind == "bmoe":
+            out += [(loc, f"{loc[0]}: {f} is set by the harness from '{BMOE_MANAGED[f]}'; remove it")
+                    for loc, f in self._flag_uses() if f in BMOE_MANAGED]
+        return out
+
+    def _part_problems(self) -> list[tuple[Loc, str]]:
+        m, t, e = self.model, self.target, self.engine
+        out: list[tuple[Loc, str]] = []
+        if [m.path, m.recipe, m.push_from].count(None) != 2:
+            out.append((("model",), "model needs exactly one of path (on the target), recipe (generated) or "
+                                    "push_from (a local file staged on the target)"))
+        if e.kind == "external" and (e.path is None) == (e.push_from is None):
+            out.append((("engine",), "engine kind external needs exactly one of path (the executable on the "
+                                     "target) or push_from (a local executable staged on the target)"))
+        if e.kind == "bmoe":
+            out += [(("engine", k), f"engine.{k} is for external engines; bmoe is the installed console script")
+                    for k in ("path", "push_from") if getattr(e, k) is not None]
+            if "args" in e.model_fields_set:
+                out.append((("engine", "args"), "engine.args is for external engines; bmoe's flags are fixed"))
+        if t.kind == "adb":
+            if t.mem_cap_mib is not None or t.drop_caches:
+                out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
+            if e.kind == "bmoe":
+                out.append((("engine",) if "engine" in self.model_fields_set else ("target",),
+                            "engine bmoe runs where Python runs (target local); on a phone use "
+                            "engine: {kind: external, path: /data/local/tmp/bmoe/bmoe-cli}"))
+            if m.recipe is not None:
+                out.append((("model",), "a model recipe generates a local file: use target local, or give the "
+                                        "model's path on the device"))
+        return out
+
+    def _axis_problems(self) -> list[tuple[Loc, str]]:
+        out: list[tuple[Loc, str]] = []
+        seen: set[str] = set()
+        for i, ax in enumerate(self.axes):
+            key = "flag" if isinstance(ax, FlagAxis) else "name"
+            ident = getattr(ax, key)
+            if ident in seen:
+                out.append((("axes", i, key), f"axes: {ident} appears twice; put all its values in one axis"))
+            seen.add(ident)
+            if isinstance(ax, FlagAxis):
+                out += [(("axes", i, "values", j), f"axes {ax.flag}: value {v!r} is listed twice")
+                        for j, v in enumerate(ax.values) if any(w == v and type(w) is type(v) for w in ax.values[:j])]
+        return out
+
+    def _flag_uses(self) -> list[tuple[Loc, str]]:
+        """(location, flag) of every flag the file sets: base, axes, explicit cells."""
+        uses: list[tuple[Loc, str]] = [(("flags", f), f) for f in self.flags]
+        for i, ax in enumerate(self.axes):
+            if isinstance(ax, FlagAxis):
+                uses.append((("axes", i, "flag"), ax.flag))
+            else:
+                uses += [(("axes", i, "values", label, f), f) for label, fl in ax.values.items() for f in fl]
+        uses += [(("cells", i, f), f) for i, fl in enumerate(self.cells) for f in fl]
+        return uses
+
+
+def render_value(v: FlagValue) -> str:
+    """A flag value as cell labels show it: on, off, or the value."""
+    if v is True:
+        return "on"
+    return "off" if v is None or v is False else str(v)
