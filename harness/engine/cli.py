@@ -68,7 +68,7 @@ def run(argv: list[str]) -> int:
     from harness.engine.gguf_layout import load_layout
 
     layout = load_layout(cfg.model)
-    from harness.engine.metrics import RouteTraceWriter
+    from harness.formats.route_trace import RouteTraceWriter
     from harness.formats.metrics_csv import MetricsWriter, TokenRow
     from harness.formats.progress import progress_line
     from harness.engine.session import Session

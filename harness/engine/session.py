@@ -17,7 +17,7 @@ from harness.engine.cache import ExpertCache, budget_problem, token_cycle_bytes
 from harness.engine.config import EngineConfig
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook
-from harness.engine.metrics import RouteTraceWriter
+from harness.formats.route_trace import RouteTraceWriter
 from harness.engine.reader import SliceReader
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED, MetricsWriter, Summary, TokenRow
