@@ -11,10 +11,10 @@ import pytest
 from harness import stats
 from harness.campaigns import store
 from harness.errors import UserError
+from harness.formats.metrics_csv import parse_metrics, read_metrics
 from harness.report.build import build_report, check_report, write_report
 from harness.report.collect import load_campaign_data
 from harness.report.findings import AUTHOR_BEGIN, AUTHOR_END
-from harness.formats.metrics_csv import parse_metrics, read_metrics
 from harness.report.results import compute_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "route-traces"

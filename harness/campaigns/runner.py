@@ -28,6 +28,7 @@ from harness.formats.progress import parse_progress
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
+
 def plan_record(plan: Plan) -> dict:
     """Everything that defines the runs (hashed: a resumed folder must have the same plan)."""
     c = plan.campaign

@@ -68,10 +68,10 @@ def run(argv: list[str]) -> int:
     from harness.engine.gguf_layout import load_layout
 
     layout = load_layout(cfg.model)
-    from harness.formats.route_trace import RouteTraceWriter
+    from harness.engine.session import Session
     from harness.formats.metrics_csv import MetricsWriter, TokenRow
     from harness.formats.progress import progress_line
-    from harness.engine.session import Session
+    from harness.formats.route_trace import RouteTraceWriter
 
     corrupt = None
     if os.environ.get("BMOE_TEST_WRONG_EXPERT"):  # negative control for the byte-identity gate only

@@ -17,10 +17,10 @@ from harness.engine.cache import ExpertCache, budget_problem, token_cycle_bytes
 from harness.engine.config import EngineConfig
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook
-from harness.formats.route_trace import RouteTraceWriter
 from harness.engine.reader import SliceReader
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED, MetricsWriter, Summary, TokenRow
+from harness.formats.route_trace import RouteTraceWriter
 
 MIB = 1048576
 AUTO_HEADROOM_MIB = 256
