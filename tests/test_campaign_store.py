@@ -203,3 +203,24 @@ def test_check_names_an_edited_warm_up_row_of_a_committed_folder(tmp_path):
     r = subprocess.run([*BENCH, "report", str(folder), "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and r.stderr.count("\n") == 1
     assert "runs/r01-c00/metrics.csv changed since the run was committed" in r.stderr
+
+
+def test_cli_migrates_a_v1_folder_and_then_checks_its_files(tmp_path):
+    src = REPO / "bench-data" / "2026-11-30-demo"
+    if not src.is_dir():
+        pytest.skip("the demo campaign folder is not in this checkout")
+    folder = tmp_path / src.name
+    shutil.copytree(src, folder)
+    m = json.loads((folder / "manifest.json").read_text())
+    for r in m["runs"]:
+        del r["sha256"]
+    (folder / "manifest.json").write_text(json.dumps({**m, "version": 1}, indent=1) + "\n")
+    r = subprocess.run([*BENCH, "report", str(folder), "--check"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "6 run(s) have no recorded file hashes (manifest v1)" in r.stdout and "--migrate" in r.stdout
+    r = subprocess.run([*BENCH, "report", str(folder), "--migrate", "--check"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"{folder}: manifest v1 -> v{VERSION}, raw-file hashes recorded for 6 run(s)" in r.stdout
+    assert "raw files unchanged since committed" in r.stdout
+    assert json.loads((folder / "manifest.json").read_text()) == json.loads((src / "manifest.json").read_text())
