@@ -64,7 +64,7 @@ def test_the_manifest_is_typed_and_refuses_unknown_keys(tmp_path):
         load_manifest(tmp_path)
     m["runs"] = [{"run_id": "r01-c00", "round": 0, "cell": 0, "position": 0, "status": "ok"}]
     (tmp_path / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(UserError, match="a ok run's record lacks reason, start"):
+    with pytest.raises(UserError, match=r"the record of a finished run \(ok\) lacks reason, start"):
         load_manifest(tmp_path)
 
 

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.formats.outcome import Outcome
-
 
 def eta_text(durations: list[float], remaining: int, current_elapsed: float) -> str:
     """Remaining time from the mean duration of the runs finished in this session (gate waits included)."""
@@ -68,18 +66,18 @@ class RunProgress:
                 desc = self.p.tasks[self.t_tok].description.split(" |")[0]
                 self.p.update(self.t_tok, description=f"{desc} |{extra}")
 
-    def end_run(self, run_id: str, label: str, rec: Outcome) -> None:
+    def end_run(self, run_id: str, label: str, rec: dict) -> None:
         """One line per finished run (also the whole log when stderr is not a terminal)."""
         self.done += 1
-        if rec.status != "ok":
+        if rec.get("status") != "ok":
             self.failed += 1
-            self.console.print(f"{run_id} {label}: [red]failed[/red]: {rec.reason}", highlight=False)
+            self.console.print(f"{run_id} {label}: [red]failed[/red]: {rec.get('reason')}", highlight=False)
         else:
-            rate = rec.tok_s_all
-            gate = rec.gate.reason if rec.gate is not None else None
-            self.console.print(f"{run_id} {label}: ok, {rec.tokens} tokens"
-                               f"{f', {rate:.3g} tok/s (all tokens)' if rate else ''}, {rec.wall_s or 0:.1f} s"
-                               f"{', gate: ' + gate if gate else ''}", highlight=False)
+            rate = rec.get("tok_s_all")
+            self.console.print(f"{run_id} {label}: ok, {rec.get('tokens')} tokens"
+                               f"{f', {rate:.3g} tok/s (all tokens)' if rate else ''}, {rec.get('wall_s', 0):.1f} s"
+                               f"{', gate: ' + rec['gate']['reason'] if rec.get('gate', {}).get('reason') else ''}",
+                               highlight=False)
         self.durations.append(self.clock() - self.t_start)
         self._runs_desc(current=False)
 

@@ -282,7 +282,7 @@ def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolve
                 outcome, hashes = _one_run(plan, r, folder, target, res, prog)
                 m.runs[i] = r.finish(outcome, hashes)
                 save_manifest(folder, m)
-                prog.end_run(r.run_id, cell.label, outcome)
+                prog.end_run(r.run_id, cell.label, outcome.dump())
         m.status = "complete" if all(r.finished for r in m.runs) else "running"
     except BaseException as e:  # Ctrl-C, or an error in what we were given: drop the half-written run
         store.clear_tmp(folder)

@@ -64,7 +64,7 @@ class Outcome(Record):
         if self.status != "pending":
             missing = [f for f in Outcome.model_fields if f not in self.model_fields_set]
             if missing:
-                raise ValueError(f"a {self.status} run's record lacks {', '.join(missing)}")
+                raise ValueError(f"the record of a finished run ({self.status}) lacks {', '.join(missing)}")
         return self
 
     def outcome(self) -> Outcome:
