@@ -38,8 +38,8 @@ from typing import TextIO
 import adbutils
 from adbutils import AdbClient, AdbDevice
 
+from harness import devstate
 from harness.errors import UserError
-from harness.targets import devstate
 
 LineCallback = Callable[[str], None]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets import devstate
+from harness import devstate
 
 FIX = Path(__file__).parent / "fixtures" / "sysfs"
 PHONE, PC = FIX / "phone", FIX / "pc"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import bmoe
 
+from harness.formats.route_trace import DECODE, read_route_trace
 from harness.synth import ModelSpec, make_model
 
 pytestmark = pytest.mark.engine
@@ -124,20 +125,20 @@ def test_qwen2moe_shared_experts_resident(models, resident, tmp_path):
 def test_route_trace_written(models, tmp_path):
     trace = tmp_path / "t.route.csv"
     _stream(models, tmp_path, "q4_k", "--cache-mb", "1", "--route-trace", str(trace))
-    lines = trace.read_text().splitlines()
-    assert lines[0] == "# route_trace v1"
-    rows = [ln.split(",") for ln in lines if not ln.startswith("#")][1:]
-    decode = [r for r in rows if r[1] == "1"]
+    assert trace.read_text().startswith("# route_trace v1\n")
+    tr = read_route_trace(trace)
+    assert (tr.header.n_layer, tr.header.k) == (4, 2)
+    decode = [r for r in tr.rows if r.phase == DECODE]
     assert len(decode) == N * 4 * 2  # tokens x layers x k
-    assert {r[7] for r in decode} <= {"0", "1"}
+    assert {r.residency for r in decode} <= {0, 1}
 
 
 def test_negative_control_one_wrong_expert_diverges(models, resident, tmp_path):
     """Load expert e's slot of one layer with another expert's bytes: the gate must see it."""
     trace = tmp_path / "t.route.csv"
     _stream(models, tmp_path, "q4_k", "--cache-mb", "0", "--route-trace", str(trace))
-    rows = [ln.split(",") for ln in trace.read_text().splitlines() if not ln.startswith("#")][1:]
-    layer, expert = 1, int(next(r[5] for r in rows if r[1] == "1" and r[3] == "1"))  # used in decode
+    rows = read_route_trace(trace).rows
+    layer, expert = 1, next(r.expert for r in rows if r.phase == DECODE and r.layer == 1)  # used in decode
     wrong = (expert + 1) % 8
     env = {"BMOE_TEST_WRONG_EXPERT": f"{layer},{expert},{wrong}"}
     r = _stream(models, tmp_path, "q4_k", "--cache-mb", "0", env=env)
@@ -187,7 +188,6 @@ def test_route_replay_drives_routing_identically_in_both_modes(models, tmp_path)
     assert st.tokens == res.tokens
 
     def decode_ids(p):
-        return [(r[2], r[3], r[5]) for r in (ln.split(",") for ln in p.read_text().splitlines()
-                                             if not ln.startswith("#")) if r[1] == "1"]
+        return [(r.step, r.layer, r.expert) for r in read_route_trace(p).rows if r.phase == DECODE]
 
     assert decode_ids(out) == decode_ids(src)

@@ -1,17 +1,31 @@
-"""Trace reading, replay against the engine's record on the shared real traces, and the CLI."""
+"""Trace reading (the route_trace v1 format and the replay's batches), replay against the engine's record
+on the shared real traces, and the CLI."""
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from harness.bench_cli import main
 from harness.engine.policies import online_policies
 from harness.errors import UserError
+from harness.formats.route_trace import (
+    DECODE,
+    PREFILL,
+    Route,
+    RouteTraceWriter,
+    TraceFormatError,
+    parse_route_trace,
+    read_route_trace,
+)
 from harness.replay.report import fine_grid
 from harness.replay.simulate import MIB, replay
-from harness.replay.trace import TraceFormatError, load_trace, parse_trace
+from harness.replay.trace import load_trace, parse_trace
 from harness.replay.validate import lru_agreement, read_engine_log
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "route-traces"
@@ -37,6 +51,38 @@ turn,phase,step,layer,slot,expert,weight,residency,expert_bytes
 0,1,3,1,0,6,0.5,1,0
 0,1,3,1,1,2,0.5,1,0
 """
+
+
+def test_the_format_reads_the_header_and_every_row() -> None:
+    f = parse_route_trace(SMALL.splitlines(), "small")
+    h = f.header
+    assert (h.model, h.arch, h.n_layer, h.n_expert, h.k) == ("x.gguf", "qwen3moe", 2, 8, 2)
+    assert (h.expert_bytes, h.dense_bytes) == ([100, 200], [5, 5])
+    assert len(f.rows) == 14 and f.rows[0] == Route(turn=0, phase=PREFILL, step=0, layer=0, slot=0, expert=3,
+                                                    residency=0, line=6)
+    assert f.rows[-1] == Route(0, DECODE, 3, 1, 1, 2, 1, 19)
+
+
+def test_writer_output_is_the_format_and_reads_back(tmp_path: Path) -> None:
+    """The bytes bmoe writes (pinned), and the reader gives back what went in."""
+    p = tmp_path / "w.route.csv"
+    w = RouteTraceWriter(str(p), "m.gguf", "qwen3moe", 2, 8, 2, [100, 200], {0: 5})
+    ev = [SimpleNamespace(layer=0, phase=PREFILL, ids=np.array([[3, 1], [1, 5]]), residency={1: 1}),
+          SimpleNamespace(layer=1, phase=PREFILL, ids=np.array([[2, 7], [7, 6]]), residency={})]
+    w.events(0, 0, ev)
+    w.events(0, 2, [SimpleNamespace(layer=1, phase=DECODE, ids=np.array([[6, 2]]), residency={6: 2, 2: 1})])
+    w.close()
+    assert p.read_text() == (
+        "# route_trace v1\n# model=m.gguf arch=qwen3moe n_layer=2 n_expert=8 n_expert_used=2\n"
+        "# layer=0 expert_bytes=100 dense_bytes=5\n# layer=1 expert_bytes=200 dense_bytes=0\n"
+        "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"
+        "0,0,0,0,0,3,-1,0,100\n0,0,0,0,1,1,-1,1,100\n0,0,1,0,0,1,-1,1,100\n0,0,1,0,1,5,-1,0,100\n"
+        "0,0,0,1,0,2,-1,0,200\n0,0,0,1,1,7,-1,0,200\n0,0,1,1,0,7,-1,0,200\n0,0,1,1,1,6,-1,0,200\n"
+        "0,1,2,1,0,6,-1,2,200\n0,1,2,1,1,2,-1,1,200\n")
+    f = read_route_trace(p)
+    assert f.name == "w" and f.header.dense_bytes == [5, 0]
+    assert [(r.phase, r.step, r.layer, r.expert, r.residency) for r in f.rows][-2:] == [(1, 2, 1, 6, 2),
+                                                                                         (1, 2, 1, 2, 1)]
 
 
 def test_parse_groups_prefill_by_layer_and_decode_by_token() -> None:
@@ -71,6 +117,8 @@ def test_parse_groups_prefill_by_layer_and_decode_by_token() -> None:
 )
 def test_parse_refuses_malformed(mutate, message: str) -> None:
     with pytest.raises(TraceFormatError, match=message):
+        parse_route_trace(mutate(SMALL).splitlines())
+    with pytest.raises(TraceFormatError, match=message):  # and the replay reads through the format
         parse_trace(mutate(SMALL).splitlines())
 
 
@@ -118,14 +166,14 @@ def test_cli_csv_columns(capsys) -> None:
     rc = main(["replay", str(TRACES / "gptoss.route.csv"), "--budgets", "500,3000",
                "--policies", "lru,belady", "--format", "csv"])
     assert rc == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "trace,policy,budget_mib,hit_pct,mib_per_token"
-    rows = [ln.split(",") for ln in lines[1:]]
-    assert [(r[0], r[1], r[2]) for r in rows] == [
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "trace,policy,budget_mib,hit_pct,mib_per_token"
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["trace"], r["policy"], r["budget_mib"]) for r in rows] == [
         ("gptoss", "lru", "500"), ("gptoss", "belady", "500"), ("gptoss", "lru", "3000"), ("gptoss", "belady", "3000")
     ]
-    assert float(rows[0][3]) == 0.0  # LRU under T: sequential flooding
-    assert abs(float(rows[2][3]) - 32.4) <= 0.1
+    assert float(rows[0]["hit_pct"]) == 0.0  # LRU under T: sequential flooding
+    assert abs(float(rows[2]["hit_pct"]) - 32.4) <= 0.1
 
 
 @pytest.mark.parametrize(
@@ -174,15 +222,19 @@ def test_report_command_writes_findings_csv_and_plots(tmp_path: Path) -> None:
 REPORT = Path(__file__).resolve().parents[1] / "bench-data" / "2026-11-30-cache-replay" / "replay.csv"
 
 
+def _replay_rows(path: Path) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(trace, policy, budget_mib) -> (hit_pct, mib_per_token) of a committed replay CSV, by column name."""
+    with open(path, newline="") as f:
+        return {(r["trace"], r["policy"], r["budget_mib"]): (float(r["hit_pct"]), float(r["mib_per_token"]))
+                for r in csv.DictReader(f)}
+
+
 @needs_traces
 @pytest.mark.skipif(not REPORT.is_file(), reason="committed replay report absent")
 def test_committed_report_matches_the_code() -> None:
     """Spot-check the committed raw CSV against a fresh replay: a policy change must regenerate it
     (the command is in its findings.md)."""
-    rows = {}
-    for line in REPORT.read_text().splitlines()[1:]:
-        trace, policy, budget, hit, mib = line.split(",")
-        rows[(trace, policy, budget)] = (float(hit), float(mib))
+    rows = _replay_rows(REPORT)
     gptoss = load_trace(TRACES / "gptoss.route.csv")
     qwen = load_trace(TRACES / "qwen.route.csv")
     checks = [(gptoss, p, 3000) for p in ("lru", "lfu", "layer", "layer-lfu", "aged", "aged-decay",
@@ -199,10 +251,7 @@ def test_committed_bounds_match_the_code() -> None:
     """Spot-check the committed informed bounds (bounds.csv) against a fresh replay."""
     from harness.replay.bounds import make_bound
 
-    rows = {}
-    for line in REPORT.with_name("bounds.csv").read_text().splitlines()[1:]:
-        trace, policy, budget, hit, mib = line.split(",")
-        rows[(trace, policy, budget)] = (float(hit), float(mib))
+    rows = _replay_rows(REPORT.with_name("bounds.csv"))
     gptoss = load_trace(TRACES / "gptoss.route.csv")
     qwen = load_trace(TRACES / "qwen.route.csv")
     for t, pol, b in [(gptoss, "told-popularity", 3000), (gptoss, "told-next-16", 2000), (qwen, "told-both", 2000)]:

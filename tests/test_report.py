@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from folder_helpers import manifest, outcome
 
 from harness import stats
 from harness.campaigns import store
 from harness.errors import UserError
+from harness.formats.manifest import ReadBandwidth, RunRecord, load_manifest, save_manifest
 from harness.formats.metrics_csv import parse_metrics, read_metrics
 from harness.report.build import build_report, check_report, write_report
 from harness.report.collect import load_campaign_data
@@ -71,37 +73,27 @@ def csv_text(walls, *, preamble=None, read_mib=10.0, hit=50.0):
 
 
 def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, temps=None):
-    """cells: list of (label, varied); runs: list of (cell, round, csv text or None for a failure)."""
+    """cells: list of (label, varied); runs: list of (cell, round, csv text or None for a failure). Each run
+    is committed as the runner does it (its files hashed into the manifest)."""
     folder = tmp_path / "2026-01-02-t"
     (folder / "runs").mkdir(parents=True)
     recs = []
     for pos, (cell, rnd, text) in enumerate(runs):
         rid = f"r{rnd + 1:02d}-c{cell:02d}"
-        d = folder / "runs" / rid
-        d.mkdir()
-        rec = {"run_id": rid, "round": rnd, "cell": cell, "position": pos,
-               "start": f"2026-01-02T00:00:{pos:02d}.000Z", "end": f"2026-01-02T00:00:{pos:02d}.500Z",
-               "wall_s": 0.5, "gate": {"waited_s": 0, "gave_up": False, "reason": None, "unchecked": []},
-               "entry_state": {"cpu_temp_c": temps[pos] if temps else 40.0, "mem_available_mib": 9000.0,
-                               "cpufreq": {"policy0": {"scaling_max_khz": 2000, "cpuinfo_max_khz": 2000}}}}
+        tmp = store.tmp_run_dir(folder, rid)
+        tmp.mkdir()
+        kw = dict(start=f"2026-01-02T00:00:{pos:02d}.000Z", end=f"2026-01-02T00:00:{pos:02d}.500Z",
+                  cpu_temp_c=temps[pos] if temps else 40.0)
         if text is None:
-            rec.update(status="failed", reason="engine exited 3: boom")
+            o = outcome("failed", reason="engine exited 3: boom", **kw)
         else:
-            rec.update(status="ok", reason=None)
-            (d / "metrics.csv").write_text(text)
-        recs.append(rec)
-    m = {"format": "bmoe-manifest", "version": 1, "created": "2026-01-02T00:00:00.000Z", "status": "complete",
-         "campaign": {"name": "t", "description": "", "model": {"path": "m.gguf"},
-                      "target": {"kind": "local"}, "prompt": "hi", "tokens": 5, "warmup_tokens": warmup,
-                      "repeats": repeats, "order": "alternating", "seed": 3, "cooldown": {},
-                      "base_flags": {"-t": 2},
-                      "cells": [{"index": i, "label": lab, "flags": {}, "varied": var}
-                                for i, (lab, var) in enumerate(cells)]},
-         "reproduce": "bmoe-bench run campaigns/t.yaml", "harness": {"bmoe_bench": "0.1.0", "commit": "abc"},
-         "engine": {"kind": "external", "version": "x"}, "model": {"path": "m.gguf"},
-         "target": {"kind": "local", "cpus": 2, "mem_total_mib": 2048.0}, "read_bandwidth": bandwidth,
-         "runs": recs, "sessions": []}
-    store.save_manifest(folder, m)
+            o = outcome("ok", **kw)
+            (tmp / "metrics.csv").write_text(text)
+        slot = RunRecord(run_id=rid, round=rnd, cell=cell, position=pos)
+        recs.append(slot.finish(o, store.commit_run(folder, rid, o)))
+    m = manifest("t", status="complete", runs=recs, cells=cells, warmup_tokens=warmup, repeats=repeats)
+    m.read_bandwidth = ReadBandwidth(**bandwidth) if bandwidth else None
+    save_manifest(folder, m)
     return folder
 
 
@@ -176,7 +168,7 @@ def test_report_is_deterministic_and_check_detects_drift(tmp_path):
     assert check_report(folder) == []
     csv = folder / "runs" / "r01-c01" / "metrics.csv"
     csv.write_text(csv.read_text().replace(",50,", ",40,"))  # the raw data changes
-    assert check_report(folder) == ["findings.md", "results.csv"]
+    assert check_report(folder) == ["runs/r01-c01/metrics.csv", "findings.md", "results.csv"]
 
 
 def test_author_section_survives_regeneration(tmp_path):
@@ -207,10 +199,9 @@ def test_cli_report_check_exit_codes(tmp_path):
 
 def test_refuses_a_newer_manifest(tmp_path):
     folder = two_cell_folder(tmp_path)
-    m = store.load_manifest(folder)
-    m["version"] = 99
-    store.save_manifest(folder, m)
-    with pytest.raises(UserError, match="newer than this bmoe-bench understands"):
+    p = folder / "manifest.json"
+    p.write_text(p.read_text().replace('"version": 2,', '"version": 99,', 1))
+    with pytest.raises(UserError, match="version 99 is newer than this bmoe-bench understands"):
         load_campaign_data(folder)
 
 
@@ -223,9 +214,9 @@ def test_a_campaign_where_every_run_failed_still_reports(tmp_path):
 
 def test_an_incomplete_campaign_says_so(tmp_path):
     folder = two_cell_folder(tmp_path)
-    m = store.load_manifest(folder)
-    m["runs"][3] = {k: m["runs"][3][k] for k in ("run_id", "round", "cell", "position")} | {"status": "pending"}
-    store.save_manifest(folder, m)
+    m = load_manifest(folder)
+    m.runs[3] = RunRecord(**m.runs[3].slot(), status="pending")
+    save_manifest(folder, m)
     md = build_report(folder, with_plots=False).texts["findings.md"]
     assert "**Incomplete campaign**: 1 of 4 runs have not run yet" in md
 

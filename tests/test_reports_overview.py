@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from folder_helpers import manifest, outcome
+
 from harness.bench_cli import main
-from harness.campaigns import store
+from harness.formats.manifest import HarnessDesc, LocalTargetDesc, ModelDesc, RunRecord, save_manifest
 from harness.formats.metrics_csv import MetricsWriter, TokenRow
 from harness.report.overview import build_overview
 
@@ -36,15 +38,17 @@ def make_campaign(root: Path, name: str, cells: list[dict], *, repeats: int = 2,
                         w.row(TokenRow(step=i, steps=len(walls), wall_ms=ms, read_bytes=int(c["read_mib"] * 2**20),
                                        cache_hit_pct=c.get("hit", -1)))
             recs.append(rec)
-    store.save_manifest(folder, {
-        "format": "bmoe-manifest", "version": 1, "created": created, "status": "complete",
-        "campaign": {"name": name, "tokens": 5, "warmup_tokens": 1, "repeats": repeats, "seed": 1,
-                     "cells": [{"index": i, "label": c["label"], "flags": {}, "varied": {} if i == 0 else {"x": i}}
-                               for i, c in enumerate(cells)]},
-        "reproduce": f"bmoe-bench run campaigns/{name}.yaml", "harness": {"commit": "0123456789abcdef"},
-        "model": {"recipe": {"shape": "tiny"}, "bytes": model["model_bytes"]},
-        "target": {"kind": "local", "cpus": 2, "cpu_model": "Test CPU", "mem_cap_mib": cap},
-        "runs": recs, "sessions": []})
+    runs = [RunRecord(run_id=r["run_id"], round=r["round"], cell=r["cell"], position=r["position"],
+                      **outcome(r["status"], reason=r["reason"]).model_dump())
+            for r in recs]
+    m = manifest(name, status="complete", runs=runs, repeats=repeats,
+                 cells=[(c["label"], {} if i == 0 else {"x": i}) for i, c in enumerate(cells)])
+    m = m.model_copy(update={
+        "created": created, "reproduce": f"bmoe-bench run campaigns/{name}.yaml",
+        "harness": HarnessDesc(bmoe_bench="0.1.0", commit="0123456789abcdef", dirty=False),
+        "model": ModelDesc(recipe={"shape": "tiny"}, bytes=model["model_bytes"]),
+        "target": LocalTargetDesc(kind="local", cpus=2, cpu_model="Test CPU", mem_cap_mib=cap)})
+    save_manifest(folder, m)
     return folder
 
 

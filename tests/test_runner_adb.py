@@ -11,9 +11,10 @@ from io import StringIO
 import pytest
 from rich.console import Console
 
-from harness.campaigns import store
 from harness.campaigns.runner import run_campaign
-from harness.report.build import write_report
+from harness.formats.manifest import load_manifest, raw_file_changes
+from harness.formats.metrics_csv import read_metrics
+from harness.report.build import check_report, write_report
 
 SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
 pytestmark = [
@@ -71,19 +72,21 @@ def test_campaign_over_adb(tmp_path):
         """))
     res = run_campaign(p, root=tmp_path / "bd", console=Console(file=StringIO()))
     assert (res.n_ok, res.n_failed) == (4, 2)
-    m = store.load_manifest(res.folder)
-    assert m["target"]["kind"] == "adb" and m["target"]["serial"] == SERIAL
-    assert m["engine"]["version"] == "sh-engine 1"  # asked on the device
-    for r in m["runs"]:
-        assert r["argv"][0].startswith("/data/local/tmp/")  # the engine was staged on the device
-        if r["cell"] == 2:
-            assert r["status"] == "failed" and r["reason"] == "engine exited 3: sh-engine: failing on purpose"
+    m = load_manifest(res.folder)
+    assert m.target.kind == "adb" and m.target.serial == SERIAL
+    assert m.engine.version == "sh-engine 1"  # asked on the device
+    for r in m.runs:
+        assert r.argv[0].startswith("/data/local/tmp/")  # the engine was staged on the device
+        if r.cell == 2:
+            assert r.status == "failed" and r.reason == "engine exited 3: sh-engine: failing on purpose"
             continue
-        assert r["status"] == "ok" and r["tokens"] == 4
-        d = res.folder / "runs" / r["run_id"]
-        assert (d / "metrics.csv").read_text().startswith("# bmoe_metrics v2\n# engine_version=sh-engine 1")
+        assert r.status == "ok" and r.tokens == 4
+        d = res.folder / "runs" / r.run_id
+        mt = read_metrics(d / "metrics.csv")
+        assert mt.format == "bmoe_metrics v2" and mt.meta["engine_version"] == "sh-engine 1"
         assert "BMOE_PROGRESS" in (d / "engine.log").read_text()
-        assert r["entry_state"]["mem_available_mib"] > 0
+        assert r.entry_state.mem_available_mib > 0
+    assert raw_file_changes(res.folder, m) == [] and check_report(res.folder) == ["findings.md", "results.csv"]
     write_report(res.folder)
     md = (res.folder / "findings.md").read_text()
     # read back from the pulled CSVs' preambles: base 100 ms, --slow=on 200 ms

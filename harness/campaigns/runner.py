@@ -8,8 +8,6 @@ it was after the last finished run."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -24,35 +22,55 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
+from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
+from harness.formats.manifest import (
+    ENGINE_LOG,
+    FORMAT,
+    METRICS_FILE,
+    VERSION,
+    EngineDesc,
+    HarnessDesc,
+    Manifest,
+    ModelDesc,
+    PlanCell,
+    PlanCooldown,
+    PlanEngine,
+    PlanModel,
+    PlanRecord,
+    PlanTarget,
+    ReadBandwidth,
+    RunRecord,
+    SessionRecord,
+    load_manifest,
+    plan_hash,
+    save_manifest,
+)
+from harness.formats.outcome import Eviction, GateRecord, Outcome
 from harness.formats.progress import parse_progress
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
 
-def plan_record(plan: Plan) -> dict:
+def plan_record(plan: Plan) -> PlanRecord:
     """Everything that defines the runs (hashed: a resumed folder must have the same plan)."""
     c = plan.campaign
-    return {
-        "name": c.name,
-        "description": c.description,
-        "model": {"path": c.model.path, "recipe": c.model.recipe, "push_from": c.model.push_from},
-        "target": {"kind": c.target.kind, "serial": c.target.serial, "mem_cap_mib": c.target.mem_cap_mib,
-                   "drop_caches": c.target.drop_caches, "evict_model": c.target.evict_model},
-        "engine": {"kind": c.engine.kind, "path": c.engine.path, "push_from": c.engine.push_from,
-                   "args": c.engine.args},
-        "prompt": c.prompt, "tokens": c.tokens, "warmup_tokens": c.warmup_tokens, "repeats": c.repeats,
-        "order": c.order, "seed": c.seed, "cross": c.cross, "timeout_s": c.timeout_s,
-        "cooldown": {"cpu_temp_max_c": c.cooldown.cpu_temp_max_c,
-                     "mem_available_min_mib": c.cooldown.mem_available_min_mib,
-                     "max_wait_s": c.cooldown.max_wait_s, "poll_s": c.cooldown.poll_s},
-        "base_flags": c.flags,
-        "cells": [{"index": x.index, "label": x.label, "flags": x.flags, "varied": x.varied} for x in plan.cells],
-        "order_of_runs": [r.run_id for r in plan.runs],
-    }
-
-
-def plan_hash(rec: dict) -> str:
-    return hashlib.sha256(json.dumps(rec, sort_keys=True).encode()).hexdigest()[:16]
+    return PlanRecord(
+        name=c.name,
+        description=c.description,
+        model=PlanModel(path=c.model.path, recipe=c.model.recipe, push_from=c.model.push_from),
+        target=PlanTarget(kind=c.target.kind, serial=c.target.serial, mem_cap_mib=c.target.mem_cap_mib,
+                          drop_caches=c.target.drop_caches, evict_model=c.target.evict_model),
+        engine=PlanEngine(kind=c.engine.kind, path=c.engine.path, push_from=c.engine.push_from,
+                          args=c.engine.args),
+        prompt=c.prompt, tokens=c.tokens, warmup_tokens=c.warmup_tokens, repeats=c.repeats,
+        order=c.order, seed=c.seed, cross=c.cross, timeout_s=c.timeout_s,
+        cooldown=PlanCooldown(cpu_temp_max_c=c.cooldown.cpu_temp_max_c,
+                              mem_available_min_mib=c.cooldown.mem_available_min_mib,
+                              max_wait_s=c.cooldown.max_wait_s, poll_s=c.cooldown.poll_s),
+        base_flags=c.flags,
+        cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied) for x in plan.cells],
+        order_of_runs=[r.run_id for r in plan.runs],
+    )
 
 
 def git_commit(cwd: Path) -> dict:
@@ -95,13 +113,12 @@ class Resolved:
     engine_argv0: list[str]
     engine_version: str
     model_path: str  # on the target
-    model_desc: dict = field(default_factory=dict)
+    model_desc: ModelDesc = field(default_factory=ModelDesc)
 
 
 def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
     c = plan.campaign
     # model
-    desc: dict = {}
     if c.model.recipe is not None:
         from harness.campaigns.recipe import ensure_model, recipe_spec
 
@@ -109,16 +126,16 @@ def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
         console.print(f"model: generating (or reusing) the recipe's model {c.model.recipe}")
         local = ensure_model(spec, progress=console.is_terminal)
         model = target.stage(local, "model")
-        desc = {"recipe": c.model.recipe, "file": str(local), "bytes": _size_all(local)}
+        desc = ModelDesc(recipe=c.model.recipe, file=str(local), bytes=_size_all(local))
     elif c.model.push_from is not None:
         model = target.stage(c.resolve_local(c.model.push_from), "model")
-        desc = {"path": model, "pushed_from": c.model.push_from}
+        desc = ModelDesc(path=model, pushed_from=c.model.push_from)
     elif c.target.kind == "local":
         model = target.stage(c.resolve_local(str(c.model.path)), "model")
-        desc = {"path": model, "bytes": _size_all(Path(model))}
+        desc = ModelDesc(path=model, bytes=_size_all(Path(model)))
     else:
         model = str(c.model.path)
-        desc = {"path": model}
+        desc = ModelDesc(path=model)
     # engine
     if c.engine.kind == "bmoe":
         argv0 = [bmoe_executable()]
@@ -165,25 +182,25 @@ def _version_target(target: Target, argv0: list[str]) -> str:
     return f"unknown ({out.reason or 'no output'} for --version)"
 
 
-def new_manifest(plan: Plan, rec: dict, target_desc: dict, res: Resolved, t: float) -> dict:
-    return {
-        "format": store.FORMAT,
-        "version": store.VERSION,
-        "created": store.iso(t),
-        "status": "running",
-        "campaign": rec,
-        "plan_hash": plan_hash(rec),
-        "source": plan.campaign.source,
-        "reproduce": f"bmoe-bench run {plan.campaign.source}",
-        "harness": {"bmoe_bench": _harness_version(), **git_commit(Path.cwd())},
-        "engine": {"kind": plan.campaign.engine.kind, "argv0": res.engine_argv0, "version": res.engine_version},
-        "model": res.model_desc,
-        "target": target_desc,
-        "read_bandwidth": None,
-        "runs": [{"run_id": r.run_id, "round": r.round, "cell": r.cell, "position": r.position,
-                  "status": "pending"} for r in plan.runs],
-        "sessions": [],
-    }
+def new_manifest(plan: Plan, rec: PlanRecord, target_desc: dict, res: Resolved, t: float) -> Manifest:
+    return Manifest(
+        format=FORMAT,
+        version=VERSION,
+        created=store.iso(t),
+        status="running",
+        campaign=rec,
+        plan_hash=plan_hash(rec),
+        source=plan.campaign.source,
+        reproduce=f"bmoe-bench run {plan.campaign.source}",
+        harness=HarnessDesc(bmoe_bench=_harness_version(), **git_commit(Path.cwd())),
+        engine=EngineDesc(kind=plan.campaign.engine.kind, argv0=res.engine_argv0, version=res.engine_version),
+        model=res.model_desc,
+        target=target_desc,
+        read_bandwidth=None,
+        runs=[RunRecord(run_id=r.run_id, round=r.round, cell=r.cell, position=r.position, status="pending")
+              for r in plan.runs],
+        sessions=[],
+    )
 
 
 def _harness_version() -> str:
@@ -220,68 +237,71 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
             if plan.campaign.target.kind == "local":
                 from harness.campaigns.probe import probe_read_bandwidth
 
-                m["read_bandwidth"] = probe_read_bandwidth(Path(res.model_path))
-            store.save_manifest(folder, m)
+                m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path)))
+            save_manifest(folder, m)
             console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {plan.campaign.repeats} "
                           f"repeats = {len(plan.runs)} runs -> {folder}")
         else:
-            m = store.load_manifest(folder)
+            m = load_manifest(folder)
             res = resolve_inputs(plan, target, console)
-            if res.engine_version != m["engine"]["version"]:
+            if res.engine_version != m.engine.version:
                 raise UserError(f"{folder}: the engine changed since this campaign started "
-                                f"({m['engine']['version']!r} -> {res.engine_version!r}); runs from two engines "
+                                f"({m.engine.version!r} -> {res.engine_version!r}); runs from two engines "
                                 f"do not compare: finish it with the first one, or start over with --fresh")
             gone = store.clear_tmp(folder)
             adopted = store.adopt_orphans(folder, m)
             if retry_failed:
                 again = store.reset_failed(m)
                 console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
-            done = sum(r["status"] != "pending" for r in m["runs"])
-            console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m['runs'])} runs "
+            done = sum(r.finished for r in m.runs)
+            console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m.runs)} runs "
                           f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"
                           f"{', adopted ' + ', '.join(adopted) if adopted else ''})")
-        m["status"] = "running"
-        m["sessions"].append({"start": store.iso(now), "end": None, **git_commit(Path.cwd())})
-        store.save_manifest(folder, m)
+        m.status = "running"
+        m.sessions.append(SessionRecord(start=store.iso(now), end=None, **git_commit(Path.cwd())))
+        save_manifest(folder, m)
         return _run_all(plan, m, folder, target, res, console)
     finally:
         if own_target:
             target.close()
 
 
-def _run_all(plan: Plan, m: dict, folder: Path, target: Target, res: Resolved, console: Console
+def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved, console: Console
              ) -> CampaignResult:
     c = plan.campaign
-    pending = [r for r in m["runs"] if r["status"] == "pending"]
-    skipped = len(m["runs"]) - len(pending)
-    prog = RunProgress(console, total_runs=len(m["runs"]), done_runs=skipped, n_cells=len(plan.cells),
+    pending = [i for i, r in enumerate(m.runs) if not r.finished]
+    skipped = len(m.runs) - len(pending)
+    prog = RunProgress(console, total_runs=len(m.runs), done_runs=skipped, n_cells=len(plan.cells),
                        tokens=c.tokens)
     try:
         with prog:
-            for r in pending:
-                cell = plan.cells[r["cell"]]
-                prog.start_run(r["run_id"], cell.label, r["round"] + 1, c.repeats, cell.index)
-                _one_run(plan, m, r, folder, target, res, prog)
-                store.save_manifest(folder, m)
-                prog.end_run(r["run_id"], cell.label, r)
-        m["status"] = "complete" if all(r["status"] != "pending" for r in m["runs"]) else "running"
+            for i in pending:
+                r = m.runs[i]
+                cell = plan.cells[r.cell]
+                prog.start_run(r.run_id, cell.label, r.round + 1, c.repeats, cell.index)
+                outcome, hashes = _one_run(plan, r, folder, target, res, prog)
+                m.runs[i] = r.finish(outcome, hashes)
+                save_manifest(folder, m)
+                prog.end_run(r.run_id, cell.label, outcome.dump())
+        m.status = "complete" if all(r.finished for r in m.runs) else "running"
     except BaseException as e:  # Ctrl-C, or an error in what we were given: drop the half-written run
         store.clear_tmp(folder)
-        m["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
+        m.status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
         raise
     finally:
-        m["sessions"][-1]["end"] = store.iso(time.time())
-        store.save_manifest(folder, m)
-    n_ok = sum(r["status"] == "ok" for r in m["runs"])
-    n_failed = sum(r["status"] == "failed" for r in m["runs"])
+        m.sessions[-1].end = store.iso(time.time())
+        save_manifest(folder, m)
+    n_ok = sum(r.status == "ok" for r in m.runs)
+    n_failed = sum(r.status == "failed" for r in m.runs)
     return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped)
 
 
-def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Resolved,
-             prog: RunProgress) -> None:
+def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
+             prog: RunProgress) -> tuple[Outcome, dict[str, str]]:
+    """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files)."""
     c = plan.campaign
-    cell = plan.cells[r["cell"]]
-    tmp = store.tmp_run_dir(folder, r["run_id"])
+    cell = plan.cells[r.cell]
+    tmp = store.tmp_run_dir(folder, r.run_id)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -292,7 +312,7 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
         from harness.campaigns.pagecache import evict_model_files
 
         evicted = evict_model_files(Path(res.model_path))
-    remote_csv = f"{target.run_dir().rstrip('/')}/{r['run_id']}.csv"
+    remote_csv = f"{target.run_dir().rstrip('/')}/{r.run_id}.csv"
     argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv, progress=True)
 
     def on_line(line: str) -> None:
@@ -302,16 +322,16 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
 
     t_start = time.time()
     with StateSampler(target.sample_state) as sampler:
-        outcome: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=[remote_csv], out_dir=tmp,
-                                         log_path=tmp / "engine.log", on_stdout_line=on_line)
+        done: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=[remote_csv], out_dir=tmp,
+                                      log_path=tmp / ENGINE_LOG, on_stdout_line=on_line)
     t_end = time.time()
 
-    reason = outcome.reason
-    csv_local = outcome.fetched.get(remote_csv)
+    reason = done.reason
+    csv_local = done.fetched.get(remote_csv)
     n_tokens = None
     decode_tok_s = None
     if csv_local is not None:
-        dest = tmp / "metrics.csv"
+        dest = tmp / METRICS_FILE
         if Path(csv_local) != dest:
             Path(csv_local).replace(dest)
         if reason is None:
@@ -325,20 +345,17 @@ def _one_run(plan: Plan, m: dict, r: dict, folder: Path, target: Target, res: Re
                 reason = f"engine exited 0 but its CSV is unreadable: {e}"
     elif reason is None:
         reason = "engine exited 0 but wrote no metrics CSV"
-    with open(tmp / "state.jsonl", "w", encoding="utf-8") as f:
-        for s in sampler.samples:
-            f.write(json.dumps(s, sort_keys=True) + "\n")
+    write_states(tmp / STATE_FILE, sampler.samples)
 
-    record = {
-        "status": "ok" if reason is None and outcome.exit_code == 0 else "failed",
-        "reason": reason if reason is not None or outcome.exit_code == 0
-        else f"engine exited {outcome.exit_code}",
-        "start": store.iso(t_start), "end": store.iso(t_end), "wall_s": round(outcome.wall_s, 3),
-        "exit_code": outcome.exit_code, "tokens": n_tokens, "tok_s_all": decode_tok_s,
-        "peak_mem_mib": outcome.peak_mem_mib,
-        "oom_killed": outcome.oom_killed, "argv": argv, "model_evicted": evicted,
-        "gate": gate.record(), "entry_state": gate.entry,
-        "n_state_samples": len(sampler.samples), "sampler_errors": sampler.errors,
-    }
-    store.commit_run(folder, r["run_id"], record)
-    r.update(record)
+    outcome = Outcome(
+        status="ok" if reason is None and done.exit_code == 0 else "failed",
+        reason=reason if reason is not None or done.exit_code == 0 else f"engine exited {done.exit_code}",
+        start=store.iso(t_start), end=store.iso(t_end), wall_s=round(done.wall_s, 3),
+        exit_code=done.exit_code, tokens=n_tokens, tok_s_all=decode_tok_s,
+        peak_mem_mib=done.peak_mem_mib,
+        oom_killed=done.oom_killed, argv=argv,
+        model_evicted=Eviction(**evicted) if evicted is not None else None,
+        gate=GateRecord(**gate.record()), entry_state=DeviceSample(**gate.entry),
+        n_state_samples=len(sampler.samples), sampler_errors=sampler.errors,
+    )
+    return outcome, store.commit_run(folder, r.run_id, outcome)

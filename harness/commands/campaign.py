@@ -1,4 +1,4 @@
-"""`bmoe-bench validate FILE`, `bmoe-bench run FILE`, `bmoe-bench report DIR [--check]`,
+"""`bmoe-bench validate FILE`, `bmoe-bench run FILE`, `bmoe-bench report DIR [--check] [--migrate]`,
 `bmoe-bench report --all [--check]`."""
 
 from __future__ import annotations
@@ -86,25 +86,36 @@ def run(
 def report(
     folder: Path | None = typer.Argument(None, help="campaign folder under bench-data/ (with --all: the "
                                                     "bench-data folder, default bench-data)"),
-    check: bool = typer.Option(False, "--check", help="exit 1 if findings.md or results.csv differ from "
+    check: bool = typer.Option(False, "--check", help="exit non-zero if a run's raw files changed since it was "
+                                                      "committed, or findings.md or results.csv differ from "
                                                       "what the raw data gives"),
+    migrate: bool = typer.Option(False, "--migrate", help="rewrite an older manifest at the current version, "
+                                                          "recording the sha256 of the raw files as they are now"),
     all_: bool = typer.Option(False, "--all", help="write reports/README.md (next to bench-data/): every "
                                                    "campaign folder, one table per model"),
 ) -> None:
     """Regenerate findings.md, results.csv and plots/ from a campaign folder's raw files; with --all,
     reports/README.md from every folder under bench-data/."""
-    from harness.report.build import check_report, write_report
+    from harness.report.build import check_message, check_report, unverified_note, write_report
 
     if all_:
         return report_all(folder or Path("bench-data"), check)
     if folder is None:
         raise UserError("report: name a campaign folder (bmoe-bench report bench-data/<folder>), or use --all")
+    if migrate:
+        from harness.formats.manifest import VERSION, migrate_folder
+
+        old, hashed = migrate_folder(folder)
+        typer.echo(f"{folder}: manifest v{old} -> v{VERSION}, raw-file hashes recorded for {len(hashed)} run(s)")
+        if not check:
+            return
     if check:
         bad = check_report(folder)
         if bad:
-            raise UserError(f"{folder}: {', '.join(bad)} differ from what the raw data gives; run "
-                            f"`bmoe-bench report {folder}` and commit the result")
-        typer.echo(f"{folder}: findings.md and results.csv match the raw data")
+            raise UserError(check_message(folder, bad))
+        note = unverified_note(folder)
+        typer.echo(f"{folder}: {'' if note else 'raw files unchanged since committed, '}findings.md and "
+                   f"results.csv match the raw data" + (f"; {note}" if note else ""))
         return
     write_report(folder)
     typer.echo(f"wrote {Path(folder) / 'findings.md'}, results.csv, plots/")

@@ -21,12 +21,12 @@ from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, validate_for_model
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
-from harness.engine.metrics import RouteTraceWriter
 from harness.engine.reader import ExpertReader, SliceReader
 from harness.engine.session import RunResult, Session
 from harness.engine.sinks import CsvSink, RouteTraceSink, Sink, TextSink
 from harness.errors import UserError
 from harness.formats.metrics_csv import MetricsWriter, Summary
+from harness.formats.route_trace import RouteTraceWriter
 
 MIB = 1048576
 

@@ -17,12 +17,9 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from harness.engine.registry import REGISTRY, ArchRow, supported
 from harness.errors import UserError
+from harness.formats.gguf_types import GGUFValueType, scalar_format
 
 _SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-# GGUF value types
-_FMT = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-_STRING, _ARRAY = 8, 9
 
 
 class _Truncated(Exception):
@@ -52,17 +49,18 @@ class _Reader:
         return self.read(n).decode("utf-8", "replace")
 
     def value(self, vtype: int, keep: bool):
-        if vtype in _FMT:
-            fmt = _FMT[vtype]
+        fmt = scalar_format(vtype)
+        if fmt is not None:
             return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
-        if vtype == _STRING:
+        if vtype == GGUFValueType.STRING:
             return self.string()
-        if vtype == _ARRAY:
+        if vtype == GGUFValueType.ARRAY:
             itype, n = self.u32(), self.u64()
-            if itype in _FMT:  # skip fixed-size arrays in one seek
-                size = struct.calcsize(_FMT[itype]) * n
+            ifmt = scalar_format(itype)
+            if ifmt is not None:  # skip fixed-size arrays in one seek
+                size = struct.calcsize(ifmt) * n
                 if keep:
-                    return list(struct.unpack(f"<{n}{_FMT[itype][1]}", self.read(size)))
+                    return list(struct.unpack(f"<{n}{ifmt[1]}", self.read(size)))
                 self.f.seek(size, os.SEEK_CUR)
                 return None
             items = [self.value(itype, keep) for _ in range(n)]

@@ -12,7 +12,7 @@ from harness.formats.progress import progress_line
 
 if TYPE_CHECKING:
     from harness.engine.hook import StreamHook
-    from harness.engine.metrics import RouteTraceWriter
+    from harness.formats.route_trace import RouteTraceWriter
 
 
 class Sink(Protocol):

@@ -1,24 +1,28 @@
-"""Read `route_trace v1` files (DESIGN.md section 5) into the layer batches the engine's cache sees.
+"""A route trace as the layer batches the engine's cache sees (the file itself: harness.formats.route_trace).
 
-Batching follows DESIGN.md section 4: llama.cpp evaluates each layer once for the whole prompt, so the
-prefill (phase 0) rows of one turn are grouped by layer into one batch per layer (the union of every
-prompt token's experts, in order of first appearance), in layer order; a decode (phase 1) batch is one
-token's experts in one layer. Parsing is pure (`parse_trace` takes lines); `load_trace` does the I/O.
+llama.cpp evaluates each layer once for the whole prompt, so the prefill (phase 0) rows of one turn are
+grouped by layer into one batch per layer (every prompt token's experts in routing order), in layer
+order; a decode (phase 1) batch is one token's experts in one layer. `batches` is pure; `parse_trace`
+takes lines and `load_trace` a file.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.engine.cache import token_cycle_bytes
-from harness.errors import UserError
+from harness.formats.route_trace import (
+    PREFILL,
+    Route,
+    RouteTraceFile,
+    TraceFormatError,
+    parse_route_trace,
+    read_route_trace,
+)
 
-TRACE_VERSION = 1
-COLUMNS = ["turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes"]
-_KV = re.compile(r"(\w+)=(\S*)")
+__all__ = ["Batch", "RouteTrace", "TraceFormatError", "batches", "load_trace", "parse_trace"]
 
 
 @dataclass(frozen=True)
@@ -65,63 +69,25 @@ class RouteTrace:
         return sum(self.expert_bytes[layer] for layer, _ in keys)
 
 
-class TraceFormatError(ValueError):
-    """A malformed trace; the loader turns it into a UserError naming the file."""
-
-
-def _header(lines: list[str]) -> tuple[dict[str, str], dict[int, int], int]:
-    meta: dict[str, str] = {}
-    layer_bytes: dict[int, int] = {}
-    if not lines or not lines[0].startswith("# route_trace"):
-        raise TraceFormatError("first line is not '# route_trace v1'")
-    version = lines[0].split()[-1]
-    if version != f"v{TRACE_VERSION}":
-        raise TraceFormatError(f"route_trace version {version!r} is not supported (this reader knows v1)")
-    hdr = next((i for i, line in enumerate(lines) if not line.startswith("#")), None)
-    if hdr is None:
-        raise TraceFormatError("no column header after the comment lines")
-    for line in lines[1:hdr]:
-        kv = dict(_KV.findall(line))
-        try:
-            if "layer" in kv and "expert_bytes" in kv:
-                layer_bytes[int(kv["layer"])] = int(kv["expert_bytes"])
-            else:
-                meta.update(kv)
-        except ValueError:
-            raise TraceFormatError(f"bad header line {line!r}") from None
-    return meta, layer_bytes, hdr
+def batches(f: RouteTraceFile) -> RouteTrace:
+    h = f.header
+    trace = RouteTrace(name=f.name, model=h.model, arch=h.arch, n_layer=h.n_layer, n_expert=h.n_expert,
+                       k=h.k, expert_bytes=list(h.expert_bytes))
+    _group(trace, f.rows)
+    return trace
 
 
 def parse_trace(lines: Iterable[str], name: str = "trace") -> RouteTrace:
     """Parse the text of a route trace. Raises TraceFormatError on anything malformed."""
-    lines = [ln.rstrip("\r\n") for ln in lines]
-    meta, layer_bytes, hdr = _header(lines)
-    for key in ("n_layer", "n_expert", "n_expert_used"):
-        if key not in meta:
-            raise TraceFormatError(f"header lacks {key}=")
-    try:
-        n_layer, n_expert, k = int(meta["n_layer"]), int(meta["n_expert"]), int(meta["n_expert_used"])
-    except ValueError as e:
-        raise TraceFormatError(f"bad header number: {e}") from None
-    if sorted(layer_bytes) != list(range(n_layer)):
-        raise TraceFormatError(f"expected one '# layer=i expert_bytes=' line for each of {n_layer} layers")
-    cols = lines[hdr].split(",")
-    if cols[: len(COLUMNS)] != COLUMNS:
-        raise TraceFormatError(f"column header is {lines[hdr]!r}, expected {','.join(COLUMNS)}")
-    trace = RouteTrace(
-        name=name,
-        model=meta.get("model", ""),
-        arch=meta.get("arch", ""),
-        n_layer=n_layer,
-        n_expert=n_expert,
-        k=k,
-        expert_bytes=[layer_bytes[i] for i in range(n_layer)],
-    )
-    _batches(trace, lines[hdr + 1 :], hdr + 2)
-    return trace
+    return batches(parse_route_trace(lines, name))
 
 
-def _batches(trace: RouteTrace, rows: list[str], first_lineno: int) -> None:
+def load_trace(path: str | Path) -> RouteTrace:
+    """Read a trace file; any problem is a one-line UserError naming the file."""
+    return batches(read_route_trace(path))
+
+
+def _group(trace: RouteTrace, rows: list[Route]) -> None:
     # prefill of the current turn: layer -> [(expert, residency)] in routing order
     prefill: dict[int, list[tuple[int, int]]] = {}
     prefill_steps: set[int] = set()
@@ -146,40 +112,26 @@ def _batches(trace: RouteTrace, rows: list[str], first_lineno: int) -> None:
             prefill_steps.clear()
         pending_turn = None
 
-    for n, row in enumerate(rows, start=first_lineno):
-        if not row or row.startswith("#"):
-            continue
-        f = row.split(",")
-        try:
-            turn, phase, step, layer, _slot, expert = (int(x) for x in f[:6])
-            residency = int(f[7])
-        except (ValueError, IndexError):
-            raise TraceFormatError(f"line {n}: expected {len(COLUMNS)} numeric fields, got {row!r}") from None
-        if not 0 <= layer < trace.n_layer or not 0 <= expert < trace.n_expert:
-            raise TraceFormatError(f"line {n}: layer {layer} / expert {expert} outside the header's shape")
-        if phase == 0:
+    for r in rows:
+        if r.phase == PREFILL:
             flush_decode()
-            if pending_turn is not None and turn != pending_turn:
+            if pending_turn is not None and r.turn != pending_turn:
                 flush_prefill()
-            pending_turn = turn
-            prefill_steps.add(step)
-            prefill.setdefault(layer, []).append((expert, residency))
-        elif phase == 1:
+            pending_turn = r.turn
+            prefill_steps.add(r.step)
+            prefill.setdefault(r.layer, []).append((r.expert, r.residency))
+        else:
             flush_prefill()
-            key = (turn, step, layer)
+            key = (r.turn, r.step, r.layer)
             if key != cur_key:
                 flush_decode()
-                if not decode_steps or decode_steps[-1] != (turn, step):
-                    decode_steps.append((turn, step))
+                if not decode_steps or decode_steps[-1] != (r.turn, r.step):
+                    decode_steps.append((r.turn, r.step))
                 cur_key = key
-            cur.append((expert, residency))
-        else:
-            raise TraceFormatError(f"line {n}: phase {phase} is neither 0 (prefill) nor 1 (decode)")
+            cur.append((r.expert, r.residency))
     flush_decode()
     flush_prefill()
     trace.decode_tokens = len(decode_steps)
-    if not trace.batches:
-        raise TraceFormatError("no routing rows")
 
 
 def _mk(layer: int, routed: list[tuple[int, int]], token: int) -> Batch:
@@ -187,27 +139,3 @@ def _mk(layer: int, routed: list[tuple[int, int]], token: int) -> Batch:
     for e, r in routed:
         first.setdefault(e, r)
     return Batch(layer, tuple(e for e, _ in routed), token, tuple(first), tuple(first.values()))
-
-
-def load_trace(path: str | Path) -> RouteTrace:
-    """Read a trace file; any problem is a one-line UserError naming the file."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(
-            f"route trace {p}: cannot read it ({e.__class__.__name__}: {e}); "
-            "give a route_trace v1 CSV such as ../shared/data/route-traces/qwen.route.csv"
-        ) from None
-    try:
-        return parse_trace(text.splitlines(), name=trace_name(p))
-    except TraceFormatError as e:
-        raise UserError(f"route trace {p}: {e}; give a route_trace v1 CSV (DESIGN.md section 5)") from None
-
-
-def trace_name(path: Path) -> str:
-    name = path.name
-    for suffix in (".route.csv", ".csv"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name

@@ -1,16 +1,18 @@
 """Regenerate a campaign folder's report from its raw files, or check that the committed one matches.
 
 `build_report` returns the texts (findings.md, results.csv) and plot bytes without writing anything;
-`write_report` writes them (tmp name + rename); `check_report` lists the files whose committed content
-differs from what the raw data gives (findings.md and results.csv: plots depend on the matplotlib
-build, so they are regenerated but not compared)."""
+`write_report` writes them (tmp name + rename); `check_report` lists the files that are not as they
+should be: raw files of a run changed since it was committed (their sha256 in the manifest), and report
+files whose committed content differs from what the raw data gives (findings.md and results.csv: plots
+depend on the matplotlib build, so they are regenerated but not compared)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.campaigns.store import atomic_write_text
+from harness.formats.files import atomic_write_bytes, atomic_write_text
+from harness.formats.manifest import RUNS, load_manifest, raw_file_changes, unhashed_runs
 from harness.report.collect import load_campaign_data
 from harness.report.findings import render_findings
 from harness.report.plots import all_plots
@@ -44,19 +46,42 @@ def write_report(folder: Path | str) -> Report:
         atomic_write_text(folder / name, text)
     (folder / "plots").mkdir(exist_ok=True)
     for name, png in rep.plots.items():
-        tmp = folder / "plots" / f".{name}.tmp"
-        tmp.write_bytes(png)
-        tmp.replace(folder / "plots" / name)
+        atomic_write_bytes(folder / "plots" / name, png)
     return rep
 
 
 def check_report(folder: Path | str) -> list[str]:
-    """Names of checked files that are missing or differ from a fresh build."""
+    """Paths (relative to the folder) of the raw files changed, missing or added since their run was
+    committed, then of the checked report files that are missing or differ from a fresh build."""
     folder = Path(folder)
+    bad = raw_file_changes(folder, load_manifest(folder))
     rep = build_report(folder, with_plots=False)
-    bad = []
     for name in CHECKED:
         p = folder / name
         if not p.is_file() or p.read_text(encoding="utf-8") != rep.texts[name]:
             bad.append(name)
     return bad
+
+
+def check_message(folder: Path | str, bad: list[str]) -> str:
+    """The one-line error for what check_report found."""
+    raw = [b for b in bad if b.startswith(f"{RUNS}/")]
+    rep = [b for b in bad if b not in raw]
+    parts = []
+    if raw:
+        parts.append(f"{', '.join(raw)} changed since the run was committed (sha256 in manifest.json): restore "
+                     f"them (git checkout -- {folder}), or rerun the runs if the change is meant")
+    if rep:
+        parts.append(f"{', '.join(rep)} differ from what the raw data gives; run `bmoe-bench report {folder}` "
+                     f"and commit the result")
+    return f"{folder}: " + "; ".join(parts)
+
+
+def unverified_note(folder: Path | str) -> str | None:
+    """Why the raw files of some runs could not be checked (a manifest from before file hashes), if so."""
+    m = load_manifest(folder)
+    runs = unhashed_runs(m)
+    if not runs:
+        return None
+    return (f"{len(runs)} run(s) have no recorded file hashes (manifest v{m.upgraded_from or m.version}): "
+            f"`bmoe-bench report {folder} --migrate` records them")

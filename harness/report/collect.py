@@ -1,88 +1,83 @@
 """Load a campaign folder into memory: the manifest (plan, cells, run records) and each run's metrics CSV
-and device-state samples. Configuration comes from the manifest and the CSV preambles, never from file
-or folder names (run folders are found through the manifest's run ids)."""
+and device-state samples, all through harness.formats. Configuration comes from the manifest and the CSV
+preambles, never from file or folder names (run folders are found through the manifest's run ids)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.campaigns import store
 from harness.errors import UserError
+from harness.formats.devstate import STATE_FILE, DeviceSample, read_states
+from harness.formats.manifest import (
+    METRICS_FILE,
+    Manifest,
+    PlanCell,
+    PlanRecord,
+    RunRecord,
+    load_manifest,
+    run_dir,
+)
 from harness.formats.metrics_csv import Metrics, read_metrics
 
 
 @dataclass
 class RunData:
-    rec: dict  # the manifest's record of this run
+    rec: RunRecord  # the manifest's record of this run
     metrics: Metrics | None  # None for a failed run without a CSV
-    states: list[dict] = field(default_factory=list)
+    states: list[DeviceSample] = field(default_factory=list)
     problem: str | None = None  # why a run the manifest calls ok cannot be used
 
     @property
     def run_id(self) -> str:
-        return self.rec["run_id"]
+        return self.rec.run_id
 
     @property
     def ok(self) -> bool:
-        return self.rec.get("status") == "ok" and self.metrics is not None and self.problem is None
+        return self.rec.status == "ok" and self.metrics is not None and self.problem is None
 
 
 @dataclass
 class CampaignData:
     folder: Path
-    manifest: dict
+    manifest: Manifest
     runs: list[RunData]
 
     @property
-    def plan(self) -> dict:
-        return self.manifest["campaign"]
+    def plan(self) -> PlanRecord:
+        return self.manifest.campaign
 
     @property
-    def cells(self) -> list[dict]:
-        return self.plan["cells"]
+    def cells(self) -> list[PlanCell]:
+        return self.plan.cells
 
     @property
     def warmup(self) -> int:
-        return int(self.plan.get("warmup_tokens", 0))
+        return self.plan.warmup_tokens
 
     def cell_runs(self, index: int) -> list[RunData]:
-        return [r for r in self.runs if r.rec["cell"] == index]
-
-
-def _states(p: Path) -> list[dict]:
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
+        return [r for r in self.runs if r.rec.cell == index]
 
 
 def load_campaign_data(folder: Path | str) -> CampaignData:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{folder}: no such campaign folder")
-    m = store.load_manifest(folder)
+    m = load_manifest(folder)
     runs = []
-    for rec in m["runs"]:
-        if rec.get("status") == "pending":
+    for rec in m.runs:
+        if not rec.finished:
             runs.append(RunData(rec, None))
             continue
-        d = store.run_dir(folder, rec["run_id"])
+        d = run_dir(folder, rec.run_id)
         metrics, problem = None, None
-        csv = d / "metrics.csv"
+        csv = d / METRICS_FILE
         if csv.is_file():
             try:
                 metrics = read_metrics(csv)
             except UserError as e:
                 problem = str(e)
-        elif rec.get("status") == "ok":
+        elif rec.status == "ok":
             problem = f"{csv} is missing"
-        runs.append(RunData(rec, metrics, _states(d / "state.jsonl"), problem))
+        runs.append(RunData(rec, metrics, read_states(d / STATE_FILE), problem))
     return CampaignData(folder=folder, manifest=m, runs=runs)

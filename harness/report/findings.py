@@ -60,55 +60,56 @@ def verdict(res: Results) -> list[str]:
 
 def _replayed_trace(data: CampaignData) -> str | None:
     """The route trace every cell replays (engine flag --route-replay), or None."""
-    traces = {str((c.get("flags") or {}).get("--route-replay") or "") for c in data.cells}
+    traces = {str(c.flags.get("--route-replay") or "") for c in data.cells}
     return traces.pop() if len(traces) == 1 and "" not in traces else None
 
 
 def _setup(data: CampaignData, res: Results) -> list[str]:
     m, p = data.manifest, data.plan
-    tgt = m.get("target", {})
-    model = m.get("model", {})
+    tgt = m.target
+    model = m.model
     out = ["## Setup", ""]
-    if p.get("description"):
-        out += [p["description"].strip(), ""]
+    if p.description:
+        out += [p.description.strip(), ""]
     replay = _replayed_trace(data)
-    if model.get("recipe") and replay:
-        size = f", {model['bytes'] / 2**20:.0f} MiB" if model.get("bytes") else ""
-        out.append(f"- **Model**: synthetic, `make-model` recipe `{model['recipe']}`{size}; routing replayed "
+    if model.recipe and replay:
+        size = f", {model.bytes / 2**20:.0f} MiB" if model.bytes else ""
+        out.append(f"- **Model**: synthetic, `make-model` recipe `{model.recipe}`{size}; routing replayed "
                    f"from the recorded trace `{replay}` (`--route-replay`): a real model's expert access "
                    f"pattern; the output text is meaningless.")
-    elif model.get("recipe"):
-        size = f", {model['bytes'] / 2**20:.0f} MiB" if model.get("bytes") else ""
-        out.append(f"- **Model**: synthetic, `make-model` recipe `{model['recipe']}`{size} (random router "
+    elif model.recipe:
+        size = f", {model.bytes / 2**20:.0f} MiB" if model.bytes else ""
+        out.append(f"- **Model**: synthetic, `make-model` recipe `{model.recipe}`{size} (random router "
                    f"weights: routing is near-uniform and the output text is meaningless).")
     else:
-        size = f" ({model['bytes'] / 2**20:.0f} MiB)" if model.get("bytes") else ""
-        out.append(f"- **Model**: `{model.get('path', p['model'].get('path'))}`{size}.")
-    if tgt.get("kind") == "local":
-        cap = f"; memory cap **{tgt['mem_cap_mib']} MiB** (cgroup, page cache charged)" \
-            if tgt.get("mem_cap_mib") else "; no memory cap"
-        out.append(f"- **Target**: this machine, {tgt.get('cpu_model')}, {tgt.get('cpus')} CPUs, "
-                   f"{_f(tgt.get('mem_total_mib', math.nan) / 1024, 1)} GiB RAM, Linux {tgt.get('kernel')}{cap}; "
-                   f"page cache {'dropped' if tgt.get('drop_caches') else 'not dropped'} before runs"
+        size = f" ({model.bytes / 2**20:.0f} MiB)" if model.bytes else ""
+        out.append(f"- **Model**: `{model.path if 'path' in model.model_fields_set else p.model.path}`{size}.")
+    if tgt.kind == "local":
+        cap = f"; memory cap **{tgt.mem_cap_mib} MiB** (cgroup, page cache charged)" \
+            if tgt.mem_cap_mib else "; no memory cap"
+        mem_gib = (tgt.mem_total_mib if tgt.mem_total_mib is not None else math.nan) / 1024
+        out.append(f"- **Target**: this machine, {tgt.cpu_model}, {tgt.cpus} CPUs, "
+                   f"{_f(mem_gib, 1)} GiB RAM, Linux {tgt.kernel}{cap}; "
+                   f"page cache {'dropped' if tgt.drop_caches else 'not dropped'} before runs"
                    + ("; the model file evicted from the page cache before each run (cold start, its reads "
-                      "charged to the cap)." if p.get("target", {}).get("evict_model") else "."))
+                      "charged to the cap)." if p.target.evict_model else "."))
     else:
-        desc = ", ".join(f"{k}={v}" for k, v in tgt.items() if not isinstance(v, dict | list) and v is not None)
+        desc = ", ".join(f"{k}={v}" for k, v in tgt.dump().items() if not isinstance(v, dict | list) and v is not None)
         out.append(f"- **Target**: {desc}.")
-    eng = m.get("engine", {})
-    h = m.get("harness", {})
+    eng = m.engine
+    h = m.harness
     preamble_ver = res.fixed_config.get("engine_version") or res.fixed_config.get("version")
-    out.append(f"- **Engine**: {eng.get('kind')} `{preamble_ver or eng.get('version')}`; harness "
-               f"{h.get('bmoe_bench')} at commit `{(h.get('commit') or '?')[:12]}`"
-               f"{' (uncommitted changes)' if h.get('dirty') else ''}.")
-    flags = " ".join(f"`{k}={v}`" for k, v in p.get("base_flags", {}).items()) or "engine defaults"
-    out.append(f"- **Fixed**: base flags {flags}; {p['tokens']} tokens per run, the first "
-               f"{p.get('warmup_tokens', 0)} trimmed; {p['repeats']} repeats; order {p['order']} "
-               f"(seed {p.get('seed', 0)}); one fresh engine process per run (cold expert cache).")
-    cd = p.get("cooldown", {})
-    out.append(f"- **Cooldown gate** before each run: CPU <= {cd.get('cpu_temp_max_c') or 'unchecked'} C, "
-               f"MemAvailable >= {cd.get('mem_available_min_mib') or 'unchecked'} MiB, waiting at most "
-               f"{cd.get('max_wait_s')} s.")
+    out.append(f"- **Engine**: {eng.kind} `{preamble_ver or eng.version}`; harness "
+               f"{h.bmoe_bench} at commit `{(h.commit or '?')[:12]}`"
+               f"{' (uncommitted changes)' if h.dirty else ''}.")
+    flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
+    out.append(f"- **Fixed**: base flags {flags}; {p.tokens} tokens per run, the first "
+               f"{p.warmup_tokens} trimmed; {p.repeats} repeats; order {p.order} "
+               f"(seed {p.seed}); one fresh engine process per run (cold expert cache).")
+    cd = p.cooldown
+    out.append(f"- **Cooldown gate** before each run: CPU <= {cd.cpu_temp_max_c or 'unchecked'} C, "
+               f"MemAvailable >= {cd.mem_available_min_mib or 'unchecked'} MiB, waiting at most "
+               f"{cd.max_wait_s} s.")
     out.append("- **Varied** (one thing per cell): " + "; ".join(
         f"{c.label}" for c in res.cells if c.varied) + ".")
     for c in res.cells:
@@ -118,7 +119,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     if res.fixed_config:
         items = ", ".join(f"{k}={v}" for k, v in res.fixed_config.items() if k != "engine")
         out.append(f"- Engine configuration shared by every run (CSV preambles): {items}.")
-    out.append(f"- Prompt: \"{p['prompt']}\"")
+    out.append(f"- Prompt: \"{p.prompt}\"")
     return out + [""]
 
 
@@ -168,40 +169,40 @@ def _table(res: Results) -> list[str]:
 
 
 def _run_order(data: CampaignData) -> list[str]:
-    cells = {c["index"]: c["label"] for c in data.cells}
+    cells = {c.index: c.label for c in data.cells}
     lines = ["| # | run | cell | round | start (UTC) | s | status | gate wait s | CPU C at entry | "
              "MemAvailable MiB | freq ceiling |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    from harness.stats import freq_fraction
+    from harness.report.results import freq_fraction
 
     # in the order they actually ran (a resumed or retried campaign differs from the plan); pending last
-    for i, r in enumerate(sorted(data.runs, key=lambda r: (r.rec.get("start") or "~", r.rec["position"]))):
+    for i, r in enumerate(sorted(data.runs, key=lambda r: (r.rec.start or "~", r.rec.position))):
         rec = r.rec
-        e = rec.get("entry_state") or {}
-        g = rec.get("gate") or {}
-        st = rec.get("status", "pending")
+        e = rec.entry_state
+        g = rec.gate
+        st = rec.status
         if st == "failed":
-            st = f"failed: {rec.get('reason')}"
-        if rec.get("previous_attempts"):
-            st += f" (attempt {len(rec['previous_attempts']) + 1})"
-        wait = _f(g.get("waited_s"), 0) + (" (gave up)" if g.get("gave_up") else "") if g else "n/a"
-        fr = freq_fraction(e.get("cpufreq"))
-        start = (rec.get("start") or "")[:19].replace("T", " ")
-        lines.append(f"| {i + 1} | {rec['run_id']} | {cells[rec['cell']]} | {rec['round'] + 1} | "
-                     f"{start or 'n/a'} | {_f(rec.get('wall_s'), 1)} | {st} | {wait} | "
-                     f"{_f(e.get('cpu_temp_c'), 1)} | {_f(e.get('mem_available_mib'), 0)} | "
+            st = f"failed: {rec.reason}"
+        if rec.previous_attempts:
+            st += f" (attempt {len(rec.previous_attempts) + 1})"
+        wait = _f(g.waited_s, 0) + (" (gave up)" if g.gave_up else "") if g is not None else "n/a"
+        fr = freq_fraction(e)
+        start = (rec.start or "")[:19].replace("T", " ")
+        lines.append(f"| {i + 1} | {rec.run_id} | {cells[rec.cell]} | {rec.round + 1} | "
+                     f"{start or 'n/a'} | {_f(rec.wall_s, 1)} | {st} | {wait} | "
+                     f"{_f(e.cpu_temp_c if e else None, 1)} | {_f(e.mem_available_mib if e else None, 0)} | "
                      f"{'n/a' if fr is None else f'{fr:.0%}'} |")
     return lines
 
 
 def _roofline(data: CampaignData, res: Results) -> list[str]:
-    bw = (data.manifest.get("read_bandwidth") or {})
-    mib_s = bw.get("mib_s")
+    bw = data.manifest.read_bandwidth
+    mib_s = bw.mib_s if bw is not None else None
     out = ["## I/O roofline", ""]
     if not mib_s:
-        out.append(f"Read bandwidth not measured ({bw.get('method', 'no probe on this target')}), so no "
+        out.append(f"Read bandwidth not measured ({bw.method if bw is not None else 'no probe on this target'}), so no "
                    f"roofline: measure the storage (a local target probes the model file before the first run).")
         return out
-    out.append(f"Measured read bandwidth of the model's storage: **{mib_s:.0f} MiB/s** ({bw.get('method')}). "
+    out.append(f"Measured read bandwidth of the model's storage: **{mib_s:.0f} MiB/s** ({bw.method}). "
                f"A cell that reads M MiB per token cannot exceed {mib_s:.0f} / M tok/s from I/O alone.")
     out += ["", "| cell | MiB read/tok | I/O roofline tok/s | achieved tok/s | % of roofline |",
             "|---|---|---|---|---|"]
@@ -219,29 +220,29 @@ def _roofline(data: CampaignData, res: Results) -> list[str]:
 def _not_shown(data: CampaignData, res: Results) -> list[str]:
     p, m = data.plan, data.manifest
     out = ["## What this does not show", ""]
-    out.append(f"- One machine ({m.get('target', {}).get('kind')} target), one prompt, {p['tokens']} tokens per "
+    out.append(f"- One machine ({m.target.kind} target), one prompt, {p.tokens} tokens per "
                f"run: longer generations, other prompts and other devices may rank the cells differently.")
     out.append("- Every run starts a fresh engine with a cold expert cache: steady-state behaviour of a "
                "long session is not measured.")
-    tgt = m.get("target", {})
-    if tgt.get("kind") == "local" and tgt.get("mem_cap_mib"):
-        out.append(f"- The {tgt['mem_cap_mib']} MiB cgroup cap reproduces a device that holds less than the "
+    tgt = m.target
+    if tgt.kind == "local" and tgt.mem_cap_mib:
+        out.append(f"- The {tgt.mem_cap_mib} MiB cgroup cap reproduces a device that holds less than the "
                    f"model, not that device's flash or cores: the absolute tok/s belong to this machine.")
-    if not (m.get("read_bandwidth") or {}).get("mib_s"):
+    if not (m.read_bandwidth and m.read_bandwidth.mib_s):
         out.append("- No read-bandwidth probe, so how close each cell gets to its I/O limit is not shown.")
-    if (m.get("model") or {}).get("recipe") and _replayed_trace(data):
+    if m.model.recipe and _replayed_trace(data):
         out.append("- Routing is replayed from one recorded trace of one prompt: the expert access pattern is "
                    "a real model's, but the compute runs on synthetic weights, and other prompts route "
                    "differently.")
-    elif (m.get("model") or {}).get("recipe"):
+    elif m.model.recipe:
         out.append("- The model is synthetic with random router weights: routing is near-uniform, unlike a "
                    "real model's skewed routing, so cache hit rates here say little about real models "
                    "(use route replay for that).")
     if any(c.tok_s is not None and c.tok_s.basis == "tokens" for c in res.cells):
         out.append("- Cells with a single run have CIs over tokens, which ignore run-to-run variance and "
                    "the correlation between neighbouring tokens: they are too narrow.")
-    if p["repeats"] < 5:
-        out.append(f"- {p['repeats']} repeats per cell: the bootstrap across so few runs understates the spread.")
+    if p.repeats < 5:
+        out.append(f"- {p.repeats} repeats per cell: the bootstrap across so few runs understates the spread.")
     out.append("- Output quality is not checked here (streamed output is byte-identical to resident by "
                "design; lowering active experts is lossy and needs a quality run).")
     return out
@@ -249,11 +250,11 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
 
 def render_findings(data: CampaignData, res: Results, previous: str | None) -> str:
     p, m = data.plan, data.manifest
-    L: list[str] = [f"# {p['name']}: " + "; ".join(c.label for c in res.cells if c.varied)
+    L: list[str] = [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied)
                     + f" vs {res.base.label}", ""]
     L += ["## Verdict", ""] + verdict(res) + [""]
     n_fail = sum(len(c.failures) for c in res.cells)
-    pending = sum(1 for r in data.runs if r.rec.get("status") == "pending")
+    pending = sum(1 for r in data.runs if not r.rec.finished)
     if pending:
         L += [f"**Incomplete campaign**: {pending} of {len(data.runs)} runs have not run yet; rerun the "
               f"campaign command to finish it.", ""]
@@ -270,7 +271,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None) -> s
     L += _roofline(data, res) + [""]
     L += _not_shown(data, res) + [""]
     folder = data.folder.name
-    L += ["## Reproduce", "", "```", m.get("reproduce", f"bmoe-bench run {m.get('source')}"),
+    L += ["## Reproduce", "", "```", m.reproduce,
           f"bmoe-bench report bench-data/{folder}", "```", "",
           "Raw data: `manifest.json` (plan, engine, target, every run's record), `runs/<id>/metrics.csv` "
           "(per-token CSV), `state.jsonl`, `engine.log`; `results.csv` is the table above.", ""]

@@ -20,8 +20,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.campaigns.store import MANIFEST, atomic_write_text
 from harness.errors import UserError
+from harness.formats.files import atomic_write_text
+from harness.formats.manifest import MANIFEST
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.results import CellResult, Results, compute_results
 from harness.stats import Interval
@@ -107,12 +108,12 @@ def model_of(data: CampaignData, res: Results) -> Model | None:
     keys = ("arch", "n_layer", "n_expert", "n_expert_used_model", "model_bytes")
     if any(k not in cfg for k in keys):
         return None
-    m = data.manifest.get("model") or {}
-    recipe = m.get("recipe")
+    m = data.manifest.model
+    recipe = m.recipe
     if recipe:
         source = "synthetic, make-model recipe " + ", ".join(f"{k}={v}" for k, v in recipe.items())
     else:
-        source = Path(str(m.get("file") or cfg.get("model_file") or "?")).name
+        source = Path(str(m.file or cfg.get("model_file") or "?")).name
     return Model(cfg["arch"], int(cfg["n_layer"]), int(cfg["n_expert"]), int(cfg["n_expert_used_model"]),
                  int(cfg["model_bytes"]), source)
 
@@ -156,17 +157,17 @@ def cell_row(c: CellResult, model: Model, cap_mib: float | None, folder: str) ->
 def summarize(name: str, data: CampaignData, res: Results) -> Folder:
     """A campaign folder's rows and its one-line note (pure)."""
     m, p = data.manifest, data.plan
-    tgt = m.get("target") or {}
-    cap = tgt.get("mem_cap_mib")
+    tgt = m.target
+    cap = getattr(tgt, "mem_cap_mib", None)
     model = model_of(data, res)
-    where = (f"this machine ({tgt.get('cpus')} CPUs, {tgt.get('cpu_model')})" if tgt.get("kind") == "local"
-             else f"{tgt.get('kind')} device {tgt.get('serial') or ''}".strip())
-    commit = ((m.get("harness") or {}).get("commit") or "?")[:12]
-    note = (f"{len(data.cells)} cells x {p.get('repeats')} runs of {p.get('tokens')} tokens (first "
+    where = (f"this machine ({getattr(tgt, 'cpus', None)} CPUs, {getattr(tgt, 'cpu_model', None)})"
+             if tgt.kind == "local" else f"{tgt.kind} device {getattr(tgt, 'serial', None) or ''}".strip())
+    commit = (m.harness.commit or "?")[:12]
+    note = (f"{len(data.cells)} cells x {p.repeats} runs of {p.tokens} tokens (first "
             f"{data.warmup} dropped as warm-up), on {where}"
             + (f" under a {cap:g} MiB memory cap" if cap else "")
-            + f"; harness commit `{commit}`; reproduce: `{m.get('reproduce')}`.")
-    f = Folder(name=name, created=str(m.get("created") or ""), model=model, note=note)
+            + f"; harness commit `{commit}`; reproduce: `{m.reproduce}`.")
+    f = Folder(name=name, created=m.created, model=model, note=note)
     if model is not None:
         f.rows = [cell_row(c, model, cap, name) for c in res.cells]
     return f

@@ -67,12 +67,12 @@ def split_plot(res: Results) -> bytes:
 def tokens_plot(data: CampaignData, res: Results) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    labels = {c["index"]: c["label"] for c in data.cells}
+    labels = {c.index: c.label for c in data.cells}
     shown: set[int] = set()
-    for r in sorted(data.runs, key=lambda r: r.rec["position"]):
+    for r in sorted(data.runs, key=lambda r: r.rec.position):
         if not r.ok:
             continue
-        ci = r.rec["cell"]
+        ci = r.rec.cell
         w = r.metrics.wall_ms(0)
         ax.plot(range(1, len(w) + 1), w, color=colors[ci % len(colors)], lw=0.8, alpha=0.8,
                 label=labels[ci] if ci not in shown else None)

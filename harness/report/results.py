@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
+from harness.formats.devstate import DeviceSample
 from harness.report.collect import CampaignData, RunData
 from harness.stats import Finding, Interval, RunPoint
 
@@ -87,7 +88,7 @@ def _configs(data: CampaignData) -> tuple[dict[int, dict[str, str]], list[str], 
     per_cell: dict[int, list[dict[str, str]]] = {}
     for r in data.runs:
         if r.ok and r.metrics.meta:
-            per_cell.setdefault(r.rec["cell"], []).append(
+            per_cell.setdefault(r.rec.cell, []).append(
                 {k: v for k, v in r.metrics.meta.items() if k not in _PER_RUN_KEYS})
     shared: dict[int, dict[str, str]] = {}
     for ci, metas in per_cell.items():
@@ -104,69 +105,73 @@ def _configs(data: CampaignData) -> tuple[dict[int, dict[str, str]], list[str], 
     return shared, varying, fixed
 
 
+def freq_fraction(s: DeviceSample | None) -> float | None:
+    """The sample's lowest cpufreq ceiling as a fraction of the hardware maximum (stats.freq_fraction)."""
+    return stats.freq_fraction(s.dump().get("cpufreq")) if s is not None else None
+
+
 def _point(r: RunData, warmup: int, cell_label: str) -> RunPoint:
-    entry = r.rec.get("entry_state") or {}
-    temps = [s.get("cpu_temp_c") for s in r.states if s.get("cpu_temp_c") is not None]
-    fr = [stats.freq_fraction(s.get("cpufreq")) for s in r.states]
+    entry = r.rec.entry_state
+    temps = [s.cpu_temp_c for s in r.states if s.cpu_temp_c is not None]
+    fr = [freq_fraction(s) for s in r.states]
     fr = [f for f in fr if f is not None]
-    return RunPoint(cell=cell_label, round=r.rec["round"], position=r.rec["position"],
+    return RunPoint(cell=cell_label, round=r.rec.round, position=r.rec.position,
                     tok_s=stats.tok_s(r.metrics.wall_ms(warmup)),
-                    entry_cpu_temp_c=entry.get("cpu_temp_c"),
-                    entry_freq_frac=stats.freq_fraction(entry.get("cpufreq")),
+                    entry_cpu_temp_c=entry.cpu_temp_c if entry is not None else None,
+                    entry_freq_frac=freq_fraction(entry),
                     max_cpu_temp_c=max(temps) if temps else None, min_freq_frac=min(fr) if fr else None)
 
 
 def compute_results(data: CampaignData) -> Results:
-    seed = int(data.plan.get("seed", 0))
+    seed = data.plan.seed
     w = data.warmup
     shared, varying, fixed = _configs(data)
-    base_idx = next(c["index"] for c in data.cells if not c["varied"])
+    base_idx = next(c.index for c in data.cells if not c.varied)
     base_ok = [r for r in data.cell_runs(base_idx) if r.ok]
     base_walls = [r.metrics.wall_ms(w) for r in base_ok]
     cells: list[CellResult] = []
     findings: list[Finding] = []
     points: list[RunPoint] = []
     for c in data.cells:
-        runs = data.cell_runs(c["index"])
+        runs = data.cell_runs(c.index)
         ok = [r for r in runs if r.ok]
         walls = [r.metrics.wall_ms(w) for r in ok]
         # each cell gets its own bootstrap stream, derived from the campaign seed
-        iv = stats.cell_interval(walls, seed + 1000 * c["index"])
-        ratio = None if c["index"] == base_idx else stats.ratio_interval(walls, base_walls,
-                                                                         seed + 1000 * c["index"] + 1)
-        caps = [r.rec.get("peak_mem_mib") for r in ok if r.rec.get("peak_mem_mib") is not None]
+        iv = stats.cell_interval(walls, seed + 1000 * c.index)
+        ratio = None if c.index == base_idx else stats.ratio_interval(walls, base_walls, seed + 1000 * c.index + 1)
+        caps = [r.rec.peak_mem_mib for r in ok if r.rec.peak_mem_mib is not None]
         rb = _col(ok, "read_bytes", w)
-        failures = [(r.run_id, r.problem or r.rec.get("reason") or "failed") for r in runs
-                    if r.rec.get("status") != "pending" and not r.ok]
+        failures = [(r.run_id, r.problem or r.rec.reason or "failed") for r in runs
+                    if r.rec.finished and not r.ok]
         cells.append(CellResult(
-            index=c["index"], label=c["label"], varied=c["varied"], n_runs=len(runs), n_ok=len(ok),
+            index=c.index, label=c.label, varied=c.varied, n_runs=len(runs), n_ok=len(ok),
             failures=failures, tok_s=iv, ratio=ratio,
             run_rates=[stats.tok_s(x) for x in walls],
             io_s=_nanmean(_col(ok, "stall_ms", w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
             compute_s=_nanmean(_col(ok, "compute_ms", w)) / 1000, wall_s=_nanmean(walls) / 1000,
             mib_per_tok=_nanmean(rb) / 2**20, hit_pct=_last(ok, "cache_hit_pct"),
             peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
-            majflt_per_tok=_nanmean(_col(ok, "majflt", w)), config=shared.get(c["index"], {}),
+            majflt_per_tok=_nanmean(_col(ok, "majflt", w)), config=shared.get(c.index, {}),
         ))
-        for f in (stats.few_runs_check(c["label"], len(ok)),
-                  stats.variance_check(c["label"], cells[-1].run_rates)):
+        for f in (stats.few_runs_check(c.label, len(ok)),
+                  stats.variance_check(c.label, cells[-1].run_rates)):
             if f is not None:
                 findings.append(f)
         if failures:
-            findings.append(Finding("failed", f"{c['label']}: {len(failures)} run(s) failed ("
+            findings.append(Finding("failed", f"{c.label}: {len(failures)} run(s) failed ("
                                     + "; ".join(f"{rid}: {why}" for rid, why in failures[:3])
                                     + "): fix the cause and run the same command again; finished runs "
-                                      "are kept.", c["label"]))
-        points += [_point(r, w, c["label"]) for r in ok]
+                                      "are kept.", c.label))
+        points += [_point(r, w, c.label) for r in ok]
     for f in (stats.drift_check(points), stats.throttle_check(points)):
         if f is not None:
             findings.append(f)
-    gave_up = [r.run_id for r in data.runs if (r.rec.get("gate") or {}).get("gave_up")]
+    gave_up = [r.run_id for r in data.runs if r.rec.gate is not None and r.rec.gate.gave_up]
     if gave_up:
         findings.append(Finding("gate", f"the cooldown gate gave up before {len(gave_up)} run(s) "
                                         f"({', '.join(gave_up[:5])}): those started hot or short of memory; "
                                         f"raise cooldown.max_wait_s or cool the device."))
-    unchecked = sorted({u for r in data.runs for u in (r.rec.get("gate") or {}).get("unchecked", [])})
+    unchecked = sorted({u for r in data.runs if r.rec.gate is not None for u in r.rec.gate.unchecked})
     if unchecked:
         findings.append(Finding("gate", f"the cooldown gate could not check {', '.join(unchecked)} on this "
                                         f"target: runs were not gated on it."))

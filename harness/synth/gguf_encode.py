@@ -12,23 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gguf.constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION, GGUFValueType
+from gguf.constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION
+
+from harness.formats.gguf_types import SCALAR_FORMAT, GGUFValueType
 
 ALIGNMENT = GGUF_DEFAULT_ALIGNMENT  # 32; we never write general.alignment
-
-_SCALAR_FMT: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "<B",
-    GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I",
-    GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.BOOL: "<?",
-    GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d",
-}
 
 
 @dataclass(frozen=True)
@@ -65,9 +53,9 @@ def _value(vtype: GGUFValueType, value: Any, subtype: GGUFValueType | None) -> b
         head = struct.pack("<IQ", int(subtype), len(value))
         if subtype == GGUFValueType.STRING:
             return head + b"".join(_str(v) for v in value)
-        fmt = _SCALAR_FMT[subtype]
+        fmt = SCALAR_FORMAT[subtype]
         return head + struct.pack(f"<{len(value)}{fmt[1]}", *value)
-    return struct.pack(_SCALAR_FMT[vtype], value)
+    return struct.pack(SCALAR_FORMAT[vtype], value)
 
 
 def encode_kv(kv: KV) -> bytes:

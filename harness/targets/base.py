@@ -82,7 +82,7 @@ class Target(Protocol):
         ...
 
     def sample_state(self) -> dict:
-        """One device-state sample (harness.targets.devstate.build_sample's shape); cheap."""
+        """One device-state sample (harness.devstate.build_sample's shape); cheap."""
         ...
 
     def drop_caches(self) -> bool:

@@ -16,8 +16,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from harness import devstate
 from harness.errors import UserError
-from harness.targets import devstate
 from harness.targets.base import LineCallback, RunOutcome, exit_reason
 from harness.targets.cgroup import CappedCgroup, CgroupBase, locate_self
 

@@ -1,14 +1,10 @@
-"""Device state: memory, thermal zones, cpufreq policies and battery, as one sample dict.
+"""Device state: memory, thermal zones, cpufreq policies and battery, as one sample.
 
 Pure parsers first, then two readers that feed them: `read_local(root)` reads a /proc + /sys tree from
 this machine's filesystem (or a fixture tree), and `STATE_SCRIPT` is a constant POSIX sh script that
 prints the same sources in one round trip on a device (`parse_state_dump` reads its output). Both end
-in `build_sample`, so a local sample and an adb sample have the same shape:
-
-    {"t": epoch_s, "mem_total_mib", "mem_available_mib", "mem_free_mib", "cached_mib", "swap_free_mib",
-     "thermal": {zone_type: temp_c}, "cpu_temp_c": max of CPU-like zones or None,
-     "cpufreq": {policy: {"scaling_max_khz", "cpuinfo_max_khz", "scaling_cur_khz"}},
-     "battery": {"level", "temp_c", ...} or None}
+in `build_sample`, so a local sample and an adb sample have the same shape: a
+harness.formats.devstate.DeviceSample, handed on as its dict (what Target.sample_state returns).
 
 A source that is missing (an empty sysfs in a VM, no dumpsys on a Linux adbd) is None or empty, never 0.
 """
@@ -18,6 +14,8 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+
+from harness.formats.devstate import DeviceSample
 
 _MEMINFO_KEYS = {
     "MemTotal": "mem_total_mib",
@@ -150,15 +148,16 @@ def build_sample(
     policies: list[tuple[str, str | None, str | None, str | None]],
     battery_text: str | None,
 ) -> dict:
+    """The sample (checked against DeviceSample) as a dict with every field."""
     thermal = thermal_map(zones)
-    return {
-        "t": t,
+    return DeviceSample(
+        t=t,
         **parse_meminfo(meminfo_text),
-        "thermal": thermal,
-        "cpu_temp_c": cpu_temp(thermal),
-        "cpufreq": cpufreq_map(policies),
-        "battery": parse_dumpsys_battery(battery_text),
-    }
+        thermal=thermal,
+        cpu_temp_c=cpu_temp(thermal),
+        cpufreq=cpufreq_map(policies),
+        battery=parse_dumpsys_battery(battery_text),
+    ).dump()
 
 
 # ---- readers -------------------------------------------------------------------------------------------

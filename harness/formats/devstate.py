@@ -1,0 +1,86 @@
+"""Device-state samples: memory, thermal zones, cpufreq policies and battery at one moment, as the cooldown
+gate records at a run's entry (the manifest's `entry_state`) and the sampler writes about once a second
+during it (runs/<id>/state.jsonl, one JSON object per line, keys sorted).
+
+A source that was missing (an empty sysfs in a VM, no dumpsys on a Linux adbd) is None or empty, never 0.
+The lines carry no version of their own: they belong to the manifest of their folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.errors import UserError
+from harness.formats.record import Record, problem
+
+STATE_FILE = "state.jsonl"
+
+
+class CpuFreq(Record):
+    """One cpufreq policy, in kHz; None where unreadable."""
+
+    scaling_max_khz: int | None = None
+    cpuinfo_max_khz: int | None = None
+    scaling_cur_khz: int | None = None
+
+
+class Battery(Record):
+    """`dumpsys battery` (Android)."""
+
+    level: int | None = None
+    scale: int | None = None
+    temp_c: float | None = None
+    voltage_mv: int | None = None
+    status: int | None = None
+    health: int | None = None
+    plugged: str | None = None  # ac, usb, wireless, dock
+    present: bool | None = None
+    technology: str | None = None
+
+
+class DeviceSample(Record):
+    """One sample. Every field is optional: an unreadable device gives an empty sample ({})."""
+
+    t: float | None = None  # epoch seconds
+    mem_total_mib: float | None = None
+    mem_available_mib: float | None = None
+    mem_free_mib: float | None = None
+    cached_mib: float | None = None
+    swap_free_mib: float | None = None
+    thermal: dict[str, float] = {}  # zone type -> degrees C
+    cpu_temp_c: float | None = None  # the hottest CPU-like zone
+    cpufreq: dict[str, CpuFreq] = {}  # policy name -> frequencies
+    battery: Battery | None = None
+
+
+def state_lines(samples: Iterable[dict]) -> str:
+    """The state.jsonl text of samples given as dicts (each checked against DeviceSample)."""
+    return "".join(json.dumps(DeviceSample.model_validate(s).dump(), sort_keys=True) + "\n" for s in samples)
+
+
+def write_states(path: Path | str, samples: Iterable[dict]) -> None:
+    Path(path).write_text(state_lines(samples), encoding="utf-8")
+
+
+def read_states(path: Path | str) -> list[DeviceSample]:
+    """The samples of a state.jsonl; [] when the file is absent. A line that is not JSON (a torn write) is
+    skipped; one that is JSON but not a sample is an error naming the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        try:
+            out.append(DeviceSample.model_validate(obj))
+        except ValidationError as e:
+            raise UserError(f"{p}:{n}: not a device-state sample ({problem(e)})") from None
+    return out

@@ -1,0 +1,340 @@
+"""`bmoe-manifest v2`: a campaign folder's manifest.json, the record of everything that defines its runs
+and of every run's outcome, rewritten atomically after each run.
+
+    format, version, created, status ("running", "complete", "interrupted", "stopped: ...")
+    campaign            the plan (PlanRecord): what was asked; hashed into plan_hash to find a folder to resume
+    source, reproduce   the campaign file, and the command that runs it again
+    harness, engine, model, target, read_bandwidth    what it ran with and on
+    runs                one RunRecord per planned run, in plan order: its place, its outcome, and (v2) the
+                        sha256 of every raw file of the run as committed (metrics.csv, state.jsonl,
+                        engine.log, outcome.json)
+    sessions            one entry per `bmoe-bench run` that worked on the folder
+
+Versions: v1 had no file hashes. `load_manifest` upgrades a v1 file in memory (its runs then have no
+hashes to check: `unhashed_runs`); `migrate_folder` rewrites it as v2 with the hashes of the files as they
+are now. A version newer than this code is refused, naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PrivateAttr
+
+from harness.errors import UserError
+from harness.formats.devstate import STATE_FILE
+from harness.formats.files import atomic_write_json, sha256_file
+from harness.formats.outcome import OUTCOME_FILE, Outcome
+from harness.formats.record import Record, validate
+
+FORMAT = "bmoe-manifest"
+VERSION = 2
+MANIFEST = "manifest.json"
+RUNS = "runs"  # runs/<run_id>/ holds one run's raw files:
+METRICS_FILE = "metrics.csv"  # the engine's bmoe_metrics CSV (harness.formats.metrics_csv)
+ENGINE_LOG = "engine.log"  # its stdout and stderr
+RAW_FILES = (METRICS_FILE, STATE_FILE, ENGINE_LOG, OUTCOME_FILE)
+
+FlagValue = bool | int | float | str | None
+
+
+# ---- the plan record: the campaign as planned (kept apart: it mirrors the campaign file's models) --------
+
+class PlanModel(Record):
+    path: str | None
+    recipe: dict[str, Any] | None
+    push_from: str | None
+
+
+class PlanTarget(Record):
+    kind: str
+    serial: str | None
+    mem_cap_mib: int | None
+    drop_caches: bool
+    evict_model: bool
+
+
+class PlanEngine(Record):
+    kind: str
+    path: str | None
+    push_from: str | None
+    args: dict[str, str | None]
+
+
+class PlanCooldown(Record):
+    cpu_temp_max_c: float | None
+    mem_available_min_mib: int | None
+    max_wait_s: float
+    poll_s: float
+
+
+class PlanCell(Record):
+    index: int
+    label: str
+    flags: dict[str, FlagValue]  # the cell's full engine flags
+    varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
+
+
+class PlanRecord(Record):
+    name: str
+    description: str
+    model: PlanModel
+    target: PlanTarget
+    engine: PlanEngine
+    prompt: str
+    tokens: int
+    warmup_tokens: int
+    repeats: int
+    order: str
+    seed: int
+    cross: bool
+    timeout_s: float
+    cooldown: PlanCooldown
+    base_flags: dict[str, FlagValue]
+    cells: list[PlanCell]
+    order_of_runs: list[str]
+
+
+# ---- what the campaign ran with ------------------------------------------------------------------------------
+
+class HarnessDesc(Record):
+    bmoe_bench: str
+    commit: str | None
+    dirty: bool | None
+
+
+class SessionRecord(Record):
+    start: str
+    end: str | None  # None while it runs (or if it was killed)
+    commit: str | None
+    dirty: bool | None
+
+
+class EngineDesc(Record):
+    kind: str
+    argv0: list[str]
+    version: str  # the first line of `ENGINE --version`, asked on the target
+
+
+class ModelDesc(Record):
+    """The model as resolved: a recipe's generated file, a pushed file, or a path; keys as known."""
+
+    recipe: dict[str, Any] | None = None
+    file: str | None = None
+    bytes: int | None = None
+    path: str | None = None
+    pushed_from: str | None = None
+
+
+class CgroupDesc(Record):
+    version: int
+    parent: str
+
+
+class LocalTargetDesc(Record):
+    kind: Literal["local"]
+    hostname: str | None = None
+    kernel: str | None = None
+    machine: str | None = None
+    cpu_model: str | None = None
+    cpus: int | None = None
+    mem_total_mib: float | None = None
+    python: str | None = None
+    mem_cap_mib: int | None = None
+    cgroup: CgroupDesc | None = None
+    drop_caches: bool | None = None
+
+
+class AdbTargetDesc(Record):
+    kind: Literal["adb"]
+    serial: str | None = None
+    manufacturer: str | None = None
+    model: str | None = None
+    device: str | None = None
+    platform: str | None = None
+    android_release: str | None = None
+    sdk: str | None = None
+    abi: str | None = None
+    kernel: str | None = None
+    hardware: str | None = None
+    cpus: int | None = None
+    mem_total_mib: float | None = None
+    device_dir: str | None = None
+    device_dir_free_mib: int | None = None
+
+
+TargetDesc = Annotated[LocalTargetDesc | AdbTargetDesc, Field(discriminator="kind")]
+
+
+class ReadBandwidth(Record):
+    mib_s: float | None  # None: not measured (method says why)
+    method: str
+
+
+# ---- runs ------------------------------------------------------------------------------------------------------
+
+class RunSlot(Record):
+    """A run's place in the plan."""
+
+    run_id: str  # r<round>-c<cell>, 1-based round
+    round: int  # 0-based repeat round
+    cell: int  # PlanCell.index
+    position: int  # 0-based place in the run order
+
+
+class Attempt(Outcome):
+    """A finished attempt: its outcome and the sha256 of each file of its run folder when committed (None
+    for runs committed before manifest v2 and not migrated)."""
+
+    sha256: dict[str, str] | None = None
+
+
+class RunRecord(Attempt, RunSlot):
+    status: Literal["pending", "ok", "failed"] = "pending"
+    previous_attempts: list[Attempt] = []  # earlier failed attempts, oldest first (--retry-failed)
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "pending"
+
+    def slot(self) -> dict[str, Any]:
+        """The run's place in the plan, and its earlier attempts if any."""
+        keep = [*RunSlot.model_fields, "previous_attempts"]
+        return {k: getattr(self, k) for k in keep if k in self.model_fields_set}
+
+    def finish(self, outcome: Outcome, sha256: dict[str, str]) -> RunRecord:
+        """This run, finished with `outcome`, its files committed with these hashes."""
+        done = {k: getattr(outcome, k) for k in Outcome.model_fields if k in outcome.model_fields_set}
+        return RunRecord(**self.slot(), **done, sha256=sha256)
+
+    def retry(self) -> RunRecord:
+        """This (failed) run pending again, its outcome kept as the newest previous attempt."""
+        keep = [*Outcome.model_fields, "sha256"]
+        attempt = Attempt(**{k: getattr(self, k) for k in keep if k in self.model_fields_set})
+        return RunRecord(**{**self.slot(), "previous_attempts": [*self.previous_attempts, attempt]},
+                         status="pending")
+
+
+class Manifest(Record):
+    format: Literal["bmoe-manifest"]
+    version: int
+    created: str
+    status: str
+    campaign: PlanRecord
+    plan_hash: str
+    source: str
+    reproduce: str
+    harness: HarnessDesc
+    engine: EngineDesc
+    model: ModelDesc
+    target: TargetDesc
+    read_bandwidth: ReadBandwidth | None
+    runs: list[RunRecord]
+    sessions: list[SessionRecord]
+    _upgraded_from: int | None = PrivateAttr(default=None)
+
+    @property
+    def upgraded_from(self) -> int | None:
+        """The version of the file it was read from, when older than VERSION (upgraded in memory)."""
+        return self._upgraded_from
+
+
+def plan_hash(plan: PlanRecord) -> str:
+    """What a resumed folder must share with the campaign file (the plan record, canonical JSON)."""
+    return hashlib.sha256(json.dumps(plan.dump(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---- reading and writing ----------------------------------------------------------------------------------------
+
+def run_dir(folder: Path | str, run_id: str) -> Path:
+    return Path(folder) / RUNS / run_id
+
+
+def _upgrade(obj: dict, path: Path) -> tuple[dict, int | None]:
+    """Bring a manifest's JSON to VERSION, one version at a time; (json, the version it had if older)."""
+    v = obj.get("version")
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise UserError(f"{path}: manifest version {v!r} is not a version; this file was not written by bmoe-bench")
+    if v > VERSION:
+        raise UserError(f"{path}: manifest version {v} is newer than this bmoe-bench understands ({VERSION}); "
+                        f"upgrade bmoe")
+    if v == 1:  # v2 adds runs[].sha256, absent here: nothing to rewrite
+        obj = {**obj, "version": 2}
+    return obj, (v if v < VERSION else None)
+
+
+def parse_manifest(obj: object, path: Path) -> Manifest:
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise UserError(f"{path}: not a {FORMAT} file")
+    obj, old = _upgrade(obj, path)
+    m = validate(Manifest, obj, str(path))
+    assert isinstance(m, Manifest)
+    m._upgraded_from = old
+    return m
+
+
+def load_manifest(folder: Path | str) -> Manifest:
+    p = Path(folder) / MANIFEST
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{folder}: no {MANIFEST}; is this a campaign folder under bench-data/?") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return parse_manifest(obj, p)
+
+
+def save_manifest(folder: Path | str, m: Manifest) -> None:
+    """Always written at VERSION (an upgraded v1 manifest is saved as v2: its unhashed runs stay unhashed)."""
+    m.version = VERSION
+    m._upgraded_from = None
+    atomic_write_json(Path(folder) / MANIFEST, m.dump())
+
+
+# ---- tamper evidence ----------------------------------------------------------------------------------------------
+
+def hash_files(d: Path) -> dict[str, str]:
+    """sha256 of every file under a run folder, by path relative to it (sorted)."""
+    return {p.relative_to(d).as_posix(): sha256_file(p) for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def raw_file_changes(folder: Path | str, m: Manifest) -> list[str]:
+    """Raw files that differ from what the manifest recorded when their run was committed: changed,
+    missing, or not there at commit, as paths relative to the folder (runs without hashes are skipped:
+    see unhashed_runs)."""
+    out = []
+    for r in m.runs:
+        if not r.finished or r.sha256 is None:
+            continue
+        d = run_dir(folder, r.run_id)
+        now = hash_files(d) if d.is_dir() else {}
+        for name in sorted(set(r.sha256) | set(now)):
+            if r.sha256.get(name) != now.get(name):
+                out.append(f"{RUNS}/{r.run_id}/{name}")
+    return out
+
+
+def unhashed_runs(m: Manifest) -> list[str]:
+    return [r.run_id for r in m.runs if r.finished and r.sha256 is None]
+
+
+def migrate_folder(folder: Path | str) -> tuple[int, list[str]]:
+    """Rewrite a folder's manifest at VERSION, recording the hashes of the raw files of every finished run
+    that has none, as they are now. Returns (the version it had, the runs hashed)."""
+    m = load_manifest(folder)
+    old = m.upgraded_from or m.version
+    hashed = []
+    for r in m.runs:
+        if r.finished and r.sha256 is None:
+            d = run_dir(folder, r.run_id)
+            if not d.is_dir():
+                raise UserError(f"{d}: run {r.run_id} is recorded as {r.status} but its folder is missing; "
+                                f"restore it before migrating")
+            r.sha256 = hash_files(d)
+            hashed.append(r.run_id)
+    if hashed or old != VERSION:
+        save_manifest(folder, m)
+    return old, hashed

@@ -1,0 +1,87 @@
+"""A run's outcome: runs/<id>/outcome.json, written when the run is committed, and the body of the run's
+record in the manifest (harness.formats.manifest.RunRecord adds the run's place in the plan and the
+hashes of its raw files).
+
+Every field is given for a finished run (status ok or failed); `None` means "not known" (no CSV, no
+cgroup), not "absent"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import model_validator
+
+from harness.errors import UserError
+from harness.formats.devstate import DeviceSample
+from harness.formats.files import atomic_write_json
+from harness.formats.record import Record, validate
+
+OUTCOME_FILE = "outcome.json"
+
+
+class GateRecord(Record):
+    """What the cooldown gate did before the run."""
+
+    waited_s: float
+    gave_up: bool
+    reason: str | None  # why it waited or gave up; None when the condition held at once
+    unchecked: list[str]  # conditions that could not be checked on this target
+
+
+class Eviction(Record):
+    """The model file(s) dropped from the page cache before the run."""
+
+    method: str
+    files: list[str]
+    errors: list[str]
+
+
+class Outcome(Record):
+    """The fields but `status` default to None only so that a pending run's record (which has none of
+    them) can share this field list; a finished run must give them all (checked)."""
+
+    status: Literal["ok", "failed"]
+    reason: str | None = None  # None when ok, else one line
+    start: str | None = None  # ISO 8601 UTC, ms
+    end: str | None = None
+    wall_s: float | None = None
+    exit_code: int | None = None  # None: never started, or killed
+    tokens: int | None = None  # token rows in the CSV
+    tok_s_all: float | None = None  # over all tokens, warm-up included (the report trims)
+    peak_mem_mib: float | None = None  # peak of the memory-cap cgroup, if capped
+    oom_killed: bool | None = None
+    argv: list[str] | None = None  # the engine command line on the target
+    model_evicted: Eviction | None = None
+    gate: GateRecord | None = None
+    entry_state: DeviceSample | None = None  # the sample that passed the gate
+    n_state_samples: int | None = None
+    sampler_errors: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _finished_runs_are_whole(self) -> Outcome:
+        if self.status != "pending":
+            missing = [f for f in Outcome.model_fields if f not in self.model_fields_set]
+            if missing:
+                raise ValueError(f"the record of a finished run ({self.status}) lacks {', '.join(missing)}")
+        return self
+
+    def outcome(self) -> Outcome:
+        """Just the outcome fields (of a RunRecord, say), as given."""
+        return Outcome(**{k: getattr(self, k) for k in Outcome.model_fields if k in self.model_fields_set})
+
+
+def write_outcome(path: Path | str, o: Outcome) -> None:
+    atomic_write_json(path, o.dump())
+
+
+def read_outcome(path: Path | str) -> Outcome:
+    p = Path(path)
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"{p}: cannot read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return validate(Outcome, obj, str(p))  # type: ignore[return-value]
