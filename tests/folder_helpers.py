@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.formats.campaign import Cooldown, EngineSpec, ModelSource, TargetSpec
 from harness.formats.devstate import DeviceSample
 from harness.formats.manifest import (
     FORMAT,
@@ -12,11 +13,7 @@ from harness.formats.manifest import (
     Manifest,
     ModelDesc,
     PlanCell,
-    PlanCooldown,
-    PlanEngine,
-    PlanModel,
     PlanRecord,
-    PlanTarget,
     RunRecord,
 )
 from harness.formats.outcome import GateRecord, Outcome
@@ -26,11 +23,11 @@ def plan(name: str = "t", cells: list[tuple[str, dict]] | None = None, **kw) -> 
     """cells: (label, varied) pairs; the first is the base."""
     cells = cells if cells is not None else [("base", {})]
     fields = dict(
-        name=name, description="", model=PlanModel(path="m.gguf", recipe=None, push_from=None),
-        target=PlanTarget(kind="local", serial=None, mem_cap_mib=None, drop_caches=False, evict_model=True),
-        engine=PlanEngine(kind="external", path="engine", push_from=None, args={}),
+        name=name, description="", model=ModelSource(path="m.gguf", recipe=None, push_from=None),
+        target=TargetSpec(kind="local", serial=None, mem_cap_mib=None, drop_caches=False, evict_model=True),
+        engine=EngineSpec(kind="external", path="engine", push_from=None, args={}),
         prompt="hi", tokens=5, warmup_tokens=1, repeats=2, order="alternating", seed=3, cross=False,
-        timeout_s=60.0, cooldown=PlanCooldown(cpu_temp_max_c=None, mem_available_min_mib=None, max_wait_s=60.0,
+        timeout_s=60.0, cooldown=Cooldown(cpu_temp_max_c=None, mem_available_min_mib=None, max_wait_s=60.0,
                                               poll_s=2.0),
         base_flags={"-t": 2},
         cells=[PlanCell(index=i, label=lab, flags={"-t": 2, **var}, varied=var) for i, (lab, var) in enumerate(cells)],

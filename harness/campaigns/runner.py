@@ -14,7 +14,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
+from pydantic import BaseModel
 from rich.console import Console
 
 from harness.campaigns import store
@@ -33,11 +35,7 @@ from harness.formats.manifest import (
     Manifest,
     ModelDesc,
     PlanCell,
-    PlanCooldown,
-    PlanEngine,
-    PlanModel,
     PlanRecord,
-    PlanTarget,
     ReadBandwidth,
     RunRecord,
     SessionRecord,
@@ -50,6 +48,14 @@ from harness.formats.progress import parse_progress
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _every_field(m: M) -> M:
+    """A campaign sub-model with every field marked as set, so the manifest writes defaults out too (the
+    plan record must name every knob, and its hash must not depend on which ones the file spelt out)."""
+    return type(m).model_validate(m.model_dump())
+
 
 def plan_record(plan: Plan) -> PlanRecord:
     """Everything that defines the runs (hashed: a resumed folder must have the same plan)."""
@@ -57,16 +63,10 @@ def plan_record(plan: Plan) -> PlanRecord:
     return PlanRecord(
         name=c.name,
         description=c.description,
-        model=PlanModel(path=c.model.path, recipe=c.model.recipe, push_from=c.model.push_from),
-        target=PlanTarget(kind=c.target.kind, serial=c.target.serial, mem_cap_mib=c.target.mem_cap_mib,
-                          drop_caches=c.target.drop_caches, evict_model=c.target.evict_model),
-        engine=PlanEngine(kind=c.engine.kind, path=c.engine.path, push_from=c.engine.push_from,
-                          args=c.engine.args),
+        model=_every_field(c.model), target=_every_field(c.target), engine=_every_field(c.engine),
         prompt=c.prompt, tokens=c.tokens, warmup_tokens=c.warmup_tokens, repeats=c.repeats,
         order=c.order, seed=c.seed, cross=c.cross, timeout_s=c.timeout_s,
-        cooldown=PlanCooldown(cpu_temp_max_c=c.cooldown.cpu_temp_max_c,
-                              mem_available_min_mib=c.cooldown.mem_available_min_mib,
-                              max_wait_s=c.cooldown.max_wait_s, poll_s=c.cooldown.poll_s),
+        cooldown=_every_field(c.cooldown),
         base_flags=c.flags,
         cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied) for x in plan.cells],
         order_of_runs=[r.run_id for r in plan.runs],

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr
 
 from harness.errors import UserError
+from harness.formats.campaign import Cooldown, EngineSpec, ModelSource, TargetSpec
 from harness.formats.devstate import STATE_FILE
 from harness.formats.files import atomic_write_json, sha256_file
 from harness.formats.outcome import OUTCOME_FILE, Outcome
@@ -43,34 +44,6 @@ FlagValue = bool | int | float | str | None
 
 # ---- the plan record: the campaign as planned (kept apart: it mirrors the campaign file's models) --------
 
-class PlanModel(Record):
-    path: str | None
-    recipe: dict[str, Any] | None
-    push_from: str | None
-
-
-class PlanTarget(Record):
-    kind: str
-    serial: str | None
-    mem_cap_mib: int | None
-    drop_caches: bool
-    evict_model: bool
-
-
-class PlanEngine(Record):
-    kind: str
-    path: str | None
-    push_from: str | None
-    args: dict[str, str | None]
-
-
-class PlanCooldown(Record):
-    cpu_temp_max_c: float | None
-    mem_available_min_mib: int | None
-    max_wait_s: float
-    poll_s: float
-
-
 class PlanCell(Record):
     index: int
     label: str
@@ -81,9 +54,9 @@ class PlanCell(Record):
 class PlanRecord(Record):
     name: str
     description: str
-    model: PlanModel
-    target: PlanTarget
-    engine: PlanEngine
+    model: ModelSource  # the campaign file's own models (harness.formats.campaign)
+    target: TargetSpec
+    engine: EngineSpec
     prompt: str
     tokens: int
     warmup_tokens: int
@@ -92,7 +65,7 @@ class PlanRecord(Record):
     seed: int
     cross: bool
     timeout_s: float
-    cooldown: PlanCooldown
+    cooldown: Cooldown
     base_flags: dict[str, FlagValue]
     cells: list[PlanCell]
     order_of_runs: list[str]
