@@ -1,6 +1,6 @@
 """Expert cache accounting, shared by the engine and the offline replay (one implementation).
 
-Semantics (DESIGN.md section 4, comparable with the C++ original):
+Semantics (the C++ original's, so hit rates compare):
 - one lookup per unique expert per layer batch; a duplicate inside the batch only promotes;
 - a miss costs that layer's expert bytes;
 - eviction runs after the batch and never evicts an entry the batch itself touched;
@@ -8,7 +8,7 @@ Semantics (DESIGN.md section 4, comparable with the C++ original):
 - budget 0 means "no cache": every lookup misses and the previous batch is dropped at the next one.
 
 The cache decides *what* is resident; the engine does the I/O (reads the misses, drops the evicted
-pages). Policies decide only which entry to evict; they live in harness/engine/policies.py.
+pages). Policies decide only which entry to evict; they live in harness.engine.policies.
 """
 
 from __future__ import annotations
