@@ -25,6 +25,7 @@ from harness.formats.manifest import (
     save_manifest,
     unhashed_runs,
 )
+from harness.formats.metrics_csv import COLUMNS
 from harness.formats.outcome import read_outcome
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,7 +195,8 @@ def test_check_names_an_edited_warm_up_row_of_a_committed_folder(tmp_path):
     lines = csv.read_text().splitlines(keepends=True)
     first_row = next(i for i, ln in enumerate(lines) if ln.startswith("1,"))  # token 1: a warm-up token
     f = lines[first_row].split(",")
-    f[2] = f"{float(f[2]) * 2:.3f}"  # its wall_ms
+    w = COLUMNS.index("wall_ms")
+    f[w] = f"{float(f[w]) * 2:.3f}"
     lines[first_row] = ",".join(f)
     csv.write_text("".join(lines))
     from harness.report.build import check_report
