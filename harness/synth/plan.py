@@ -15,12 +15,18 @@ from harness.synth import tokenizer as tok
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
 from harness.synth.spec import ModelSpec, validate
 
-GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12}
+GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39}
 # dtype -> (elements per block, bytes per block)
-BLOCK: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_k": (256, 144)}
+BLOCK: dict[str, tuple[int, int]] = {
+    "f32": (1, 4),
+    "f16": (1, 2),
+    "q8_0": (32, 34),
+    "q4_k": (256, 144),
+    "mxfp4": (32, 17),
+}
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
-FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15}
+FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38}
 
 # Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
 # the router is sharp enough that routing changes token to token, the experts' output is comparable to the
@@ -29,13 +35,18 @@ ROUTER_GAIN = 4.0
 EXPERT_GAIN = 1.0
 DOWN_GAIN = 3.0
 OUTPUT_GAIN = 4.0
+# gpt-oss's extra f32 vectors: per-expert biases (added to the selected experts' gate/up/down outputs), the
+# router's bias and the attention sinks (one logit per head). Each is read by the graph, so each must matter.
+EXPERT_BIAS_STD = 0.5
+ROUTER_BIAS_STD = 1.0
+SINK_STD = 1.0
 
 
 @dataclass(frozen=True)
 class TensorPlan:
     name: str
     ne: tuple[int, ...]
-    dtype: str  # f32 | f16 | q8_0 | q4_k
+    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4
     init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
@@ -143,7 +154,41 @@ def _experts(spec: ModelSpec, il: int, width: int) -> list[TensorPlan]:
     ]
 
 
+def _vec(name: str, ne: tuple[int, ...], std: float, layer: int) -> TensorPlan:
+    return TensorPlan(name, ne, "f32", "normal", std, layer=layer)
+
+
+def _gptoss_layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
+    """Exactly the tensors llama.cpp's gpt-oss loader creates (an extra one is fatal), with the optional q/k/v
+    biases the published files carry. No ffn_norm: post_attention_norm is the MoE input's norm."""
+    d, dt, hd, e, ff = spec.n_embd, spec.dense_type, spec.head_dim, spec.n_expert, spec.n_ff_exp
+    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
+    p = f"blk.{il}."
+    return [
+        _ones(p + "attn_norm.weight", d, il),
+        _lin(p + "attn_q.weight", d, n_q, dt, il),
+        _vec(p + "attn_q.bias", (n_q,), 0.1, il),
+        _lin(p + "attn_k.weight", d, n_kv, dt, il),
+        _vec(p + "attn_k.bias", (n_kv,), 0.1, il),
+        _lin(p + "attn_v.weight", d, n_kv, dt, il),
+        _vec(p + "attn_v.bias", (n_kv,), 0.1, il),
+        _lin(p + "attn_output.weight", n_q, d, dt, il),
+        _vec(p + "attn_output.bias", (d,), 0.1, il),
+        _vec(p + "attn_sinks.weight", (spec.n_head,), SINK_STD, il),
+        _ones(p + "post_attention_norm.weight", d, il),
+        TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN / math.sqrt(d), layer=il),
+        _vec(p + "ffn_gate_inp.bias", (e,), ROUTER_BIAS_STD, il),
+        # resident beside the streamed experts: one expert's three bias rows are 4*(2*ff + d) bytes
+        _vec(p + "ffn_gate_exps.bias", (ff, e), EXPERT_BIAS_STD, il),
+        _vec(p + "ffn_up_exps.bias", (ff, e), EXPERT_BIAS_STD, il),
+        _vec(p + "ffn_down_exps.bias", (d, e), EXPERT_BIAS_STD, il),
+        *_experts(spec, il, ff),
+    ]
+
+
 def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
+    if spec.arch == "gpt-oss":
+        return _gptoss_layer(spec, il)
     d, dt, hd = spec.n_embd, spec.dense_type, spec.head_dim
     n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
     p = f"blk.{il}."
@@ -189,7 +234,7 @@ def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
 
 
 def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
-    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab).control_ids)
+    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch)).control_ids)
     d, dt = spec.n_embd, spec.dense_type
     out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]
     for il in range(spec.n_layer):
@@ -203,7 +248,8 @@ def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
 
 def plan_kvs(spec: ModelSpec) -> list[KV]:
     a = spec.arch
-    v = tok.build_vocab(spec.n_vocab)
+    sp = tok.specials_for(a)
+    v = tok.build_vocab(spec.n_vocab, sp)
     u32, f32, s = VT.UINT32, VT.FLOAT32, VT.STRING
     kvs = [
         KV("general.architecture", s, a),
@@ -224,10 +270,23 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
         KV(f"{a}.attention.layer_norm_rms_epsilon", f32, spec.rms_eps),
         KV(f"{a}.rope.freq_base", f32, spec.rope_freq_base),
     ]
+    if spec.rope_yarn_factor > 0:
+        kvs += [
+            KV(f"{a}.rope.scaling.type", s, "yarn"),
+            KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
+            KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
+        ]
     if a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp))
+    elif a == "gpt-oss":
+        # as the published files: both lengths, and the window (the alternating pattern is llama.cpp's default)
+        kvs += [
+            KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp),
+            KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp),
+            KV(f"{a}.attention.sliding_window", u32, spec.n_swa),
+        ]
     else:
         kvs.append(KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp))
     if spec.is_moe:
@@ -242,12 +301,12 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
         KV("tokenizer.ggml.tokens", VT.ARRAY, v.tokens, s),
         KV("tokenizer.ggml.scores", VT.ARRAY, v.scores, f32),
         KV("tokenizer.ggml.token_type", VT.ARRAY, v.types, VT.INT32),
-        KV("tokenizer.ggml.unknown_token_id", u32, tok.UNK_ID),
-        KV("tokenizer.ggml.bos_token_id", u32, tok.BOS_ID),
-        KV("tokenizer.ggml.eos_token_id", u32, tok.EOS_ID),
-        KV("tokenizer.ggml.add_bos_token", VT.BOOL, True),
+        KV("tokenizer.ggml.unknown_token_id", u32, sp.unk_id),
+        KV("tokenizer.ggml.bos_token_id", u32, sp.bos_id),
+        KV("tokenizer.ggml.eos_token_id", u32, sp.eos_id),
+        KV("tokenizer.ggml.add_bos_token", VT.BOOL, sp.add_bos),
         KV("tokenizer.ggml.add_eos_token", VT.BOOL, False),
-        KV("tokenizer.chat_template", s, spec.chat_template or tok.CHATML_TEMPLATE),
+        KV("tokenizer.chat_template", s, spec.chat_template or sp.template),
     ]
     return kvs
 
