@@ -31,7 +31,7 @@ def _field(r: GGUFReader, key: str):
 
 
 def _loader_tensors(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
-    """What llama.cpp's gpt-oss loader (src/models/openai-moe.cpp at the pinned commit) creates, shapes in ggml
+    """What the pinned llama.cpp's gpt-oss loader (its openai-moe load_arch_tensors) creates, shapes in ggml
     order, plus the optional q/k/v biases of create_tensor_qkv that the published files carry."""
     d, e, ff, hd = spec.n_embd, spec.n_expert, spec.n_ff_exp, spec.head_dim
     n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd

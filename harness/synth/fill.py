@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from harness.synth.plan import BLOCK, TensorPlan
+from harness.synth.tensors import BLOCK, TensorPlan
 
 CHUNK_BYTES = 8 << 20  # upper bound on one generated chunk (plus the float32 work array for "normal")
 
