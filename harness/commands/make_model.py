@@ -26,7 +26,9 @@ def make_model_cmd(
     shape: str = typer.Option(
         "tiny", "--shape", help=f"Named shape: {', '.join(SHAPES)}. Flags below override it."
     ),
-    arch: str | None = typer.Option(None, "--arch", help="qwen3moe, qwen2moe, qwen3 (dense), olmoe."),
+    arch: str | None = typer.Option(
+        None, "--arch", help="qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe."
+    ),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers."),
     experts: int | None = typer.Option(None, "--experts", help="Routed experts per layer."),
     top_k: int | None = typer.Option(None, "--top-k", help="Experts used per token."),
@@ -39,17 +41,21 @@ def make_model_cmd(
     head_dim: int | None = typer.Option(None, "--head-dim", help="Head dimension."),
     vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size (>= 261; byte-level)."),
     ctx: int | None = typer.Option(None, "--ctx", help="Training context length written to the metadata."),
-    expert_type: str | None = typer.Option(None, "--expert-type", help="f32, q8_0 or q4_k."),
+    expert_type: str | None = typer.Option(
+        None, "--expert-type", help="f32, q8_0, q4_k or mxfp4 (default: q4_k; mxfp4 for gpt-oss)."
+    ),
     dense_type: str | None = typer.Option(
         None, "--dense-type", help="f32, f16 or q8_0 (attention, embeddings)."
     ),
+    swa: int | None = typer.Option(None, "--swa", help="Sliding-window size (gpt-oss; default 128)."),
     seed: int | None = typer.Option(None, "--seed", help="Seed; same flags and seed give identical bytes."),
     split: int | None = typer.Option(None, "--split", help="Number of shards."),
     progress: bool = typer.Option(False, "--progress", help="Show a progress bar on stderr."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan's size and files, write nothing."),
 ) -> None:
-    """Write a seeded, deterministic synthetic MoE GGUF (byte-level tokenizer, ChatML template)."""
+    """Write a seeded, deterministic synthetic MoE GGUF (byte-level tokenizer; ChatML template, harmony for
+    gpt-oss)."""
     spec = shape_spec(
         shape,
         arch=arch,
@@ -67,6 +73,7 @@ def make_model_cmd(
         ctx_len=ctx,
         expert_type=expert_type,
         dense_type=dense_type,
+        n_swa=swa,
         seed=seed,
         n_split=split,
     )
@@ -81,7 +88,8 @@ def make_model_cmd(
         typer.echo(f"{p}\t{n}")
     verb = "would write" if dry_run else "wrote"
     typer.echo(
-        f"{verb} {len(paths)} file(s), {sum(sizes)} bytes ({_human(sum(sizes))}): {spec.arch}, "
+        f"{verb} {len(paths)} file(s), {sum(sizes)} bytes ({_human(sum(sizes))}, {sum(sizes) / 1e9:.2f} GB): "
+        f"{spec.arch}, "
         f"{spec.n_layer} layers, {spec.n_expert} experts top-{spec.n_expert_used}, "
         f"{spec.expert_type} experts",
         err=True,

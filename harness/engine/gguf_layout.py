@@ -207,7 +207,9 @@ class ModelLayout:
         return sum(t.nbytes for t in self.experts.values())
 
 
-_BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)\.weight$")
+# blk.<il>.<name>.<suffix>: only a `.weight` of a streamed name is a routed-expert tensor; its `.bias`
+# companions (gpt-oss) and every other per-layer tensor are dense bytes of that layer
+_BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias|scale)$")
 
 
 def load_layout(model: Path | str) -> ModelLayout:
@@ -240,7 +242,7 @@ def load_layout(model: Path | str) -> ModelLayout:
     for h in headers:
         for t in h.tensors:
             m = _BLK_RE.match(t.name)
-            if m and m.group(2) in streamed:
+            if m and m.group(2) in streamed and m.group(3) == "weight":
                 il = int(m.group(1))
                 if len(t.shape) != 3 or t.shape[2] != n_expert:
                     raise UserError(f"{h.path}: {t.name} has shape {t.shape}, expected [*, *, {n_expert}] experts")

@@ -26,6 +26,11 @@ REGISTRY: dict[str, ArchRow] = {
                 note="Qwen3 MoE (e.g. Qwen3-30B-A3B); router resident"),
         ArchRow("qwen2moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
                 note="Qwen2/Qwen1.5 MoE; shared experts (ffn_*_shexp) and router stay resident"),
+        # gpt-oss computes up before gate. Its per-expert biases (ffn_*_exps.bias, added to the selected
+        # experts' outputs by ADD_ID nodes) stay resident: 4*(2*n_ff_exp + n_embd) bytes per expert, 0.26% of its
+        # MXFP4 weights; streaming them would add three sub-page reads per expert miss for no memory worth having
+        ArchRow("gpt-oss", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="OpenAI gpt-oss (MXFP4 experts); expert biases, router (+bias), attention sinks resident"),
     )
 }
 

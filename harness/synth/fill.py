@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from harness.synth.plan import BLOCK, TensorPlan
+from harness.synth.tensors import BLOCK, TensorPlan
 
 CHUNK_BYTES = 8 << 20  # upper bound on one generated chunk (plus the float32 work array for "normal")
 
@@ -23,6 +23,12 @@ CHUNK_BYTES = 8 << 20  # upper bound on one generated chunk (plus the float32 wo
 _Q8_RMS = float(np.sqrt((256**2 - 1) / 12 + 0.25))
 _Q4K_DMIN_RATIO = 7.5
 _Q4K_RMS = float(np.sqrt((63 * 127 / 6) * (15 * 31 / 6) - (31.5 * 7.5) ** 2 + 7.5**2 * (64**2 - 1) / 12))
+
+
+# MXFP4 (block_mxfp4: one E8M0 exponent byte e, then 32 4-bit E2M1 codes): value = code_value * 2^(e - 128), with
+# code values 0, 1, 2, 3, 4, 6, 8, 12 and their negatives (ggml's kvalues_mxfp4, which are the E2M1 values doubled).
+_MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float64)
+_MXFP4_RMS = float(np.sqrt(np.mean(_MXFP4_VALUES**2)))
 
 
 def _rng(seed: int, name: str, chunk: int) -> np.random.Generator:
@@ -64,6 +70,21 @@ def _q4k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarr
     return blocks
 
 
+def mxfp4_exponent(std: float) -> float:
+    """The (fractional) E8M0 exponent whose blocks of uniform random codes have RMS `std`."""
+    return 128.0 + float(np.log2(std / _MXFP4_RMS))
+
+
+def _mxfp4_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
+    # every code nibble is valid, so the 16 code bytes are plain random bytes; the exponent byte is not: a random
+    # one would scale by up to 2^127. It is the target exponent rounded up or down at random (stochastic
+    # rounding, so the mean scale follows std): two neighbouring exponents, 119-124 for std 1/64..1/5.
+    blocks = _random_bytes(rng, n_blocks * 17).reshape(n_blocks, 17)
+    t = mxfp4_exponent(std)
+    blocks[:, 0] = np.clip(np.floor(t + rng.random(n_blocks)), 1, 254).astype(np.uint8)
+    return blocks
+
+
 def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """Rows of float32 (n, k), k % 32 == 0 -> Q8_0 blocks as uint8 (n * k/32, 34): d = max|x|/127."""
     b = x.reshape(-1, 32).astype(np.float32)
@@ -102,6 +123,8 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
                 yield _q4k_blocks(rng, n_blocks, t.std).tobytes()
             elif t.dtype == "q8_0":
                 yield _q8_blocks(rng, n_blocks, t.std).tobytes()
+            elif t.dtype == "mxfp4":
+                yield _mxfp4_blocks(rng, n_blocks, t.std).tobytes()
             else:
                 raise ValueError(f"random blocks of {t.dtype}")
             continue

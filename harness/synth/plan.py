@@ -1,10 +1,9 @@
-"""The full plan of a synthetic model (pure): every tensor with its shape, type and initialisation, the
-metadata, the split into shards and each tensor's place in its shard. Writing follows the plan byte for byte,
-so sizes and expert offsets are known without writing anything."""
+"""The full plan of a synthetic model (pure): its tensors (tensors.py), the metadata, the split into shards
+and each tensor's place in its shard. Writing follows the plan byte for byte, so sizes and expert offsets are
+known without writing anything."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,47 +13,10 @@ from harness.errors import UserError
 from harness.synth import tokenizer as tok
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
 from harness.synth.spec import ModelSpec, validate
-
-GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12}
-# dtype -> (elements per block, bytes per block)
-BLOCK: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_k": (256, 144)}
+from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
-FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15}
-
-# Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
-# the router is sharp enough that routing changes token to token, the experts' output is comparable to the
-# residual stream, and the output head is sharp enough that the argmax follows the hidden state.
-ROUTER_GAIN = 4.0
-EXPERT_GAIN = 1.0
-DOWN_GAIN = 3.0
-OUTPUT_GAIN = 4.0
-
-
-@dataclass(frozen=True)
-class TensorPlan:
-    name: str
-    ne: tuple[int, ...]
-    dtype: str  # f32 | f16 | q8_0 | q4_k
-    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks)
-    std: float = 0.0
-    zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
-    layer: int = -1
-    expert_role: str = ""  # "gate" | "up" | "down" for routed expert tensors
-
-    @property
-    def n_elements(self) -> int:
-        return math.prod(self.ne)
-
-    @property
-    def nbytes(self) -> int:
-        blk, size = BLOCK[self.dtype]
-        return self.n_elements // blk * size
-
-    @property
-    def row_bytes(self) -> int:
-        blk, size = BLOCK[self.dtype]
-        return self.ne[0] // blk * size
+FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38}
 
 
 @dataclass(frozen=True)
@@ -103,107 +65,11 @@ def shard_paths(out: Path, n_split: int) -> list[Path]:
     return [out.with_name(f"{prefix}-{i + 1:05d}-of-{n_split:05d}.gguf") for i in range(n_split)]
 
 
-def _lin(name: str, n_in: int, n_out: int, dtype: str, layer: int, gain: float = 1.0) -> TensorPlan:
-    # quantised dense weights are random blocks like the experts: quantising gaussians is ~20x slower
-    init = "blocks" if dtype == "q8_0" else "normal"
-    return TensorPlan(name, (n_in, n_out), dtype, init, gain / math.sqrt(n_in), layer=layer)
-
-
-def _ones(name: str, n: int, layer: int) -> TensorPlan:
-    return TensorPlan(name, (n,), "f32", "ones", layer=layer)
-
-
-def _experts(spec: ModelSpec, il: int, width: int) -> list[TensorPlan]:
-    e, d, et = spec.n_expert, spec.n_embd, spec.expert_type
-    init = "normal" if et == "f32" else "blocks"
-    return [
-        TensorPlan(
-            f"blk.{il}.ffn_gate_exps.weight",
-            (d, width, e),
-            et,
-            init,
-            EXPERT_GAIN / math.sqrt(d),
-            (),
-            il,
-            "gate",
-        ),
-        TensorPlan(
-            f"blk.{il}.ffn_up_exps.weight", (d, width, e), et, init, EXPERT_GAIN / math.sqrt(d), (), il, "up"
-        ),
-        TensorPlan(
-            f"blk.{il}.ffn_down_exps.weight",
-            (width, d, e),
-            et,
-            init,
-            DOWN_GAIN / math.sqrt(width),
-            (),
-            il,
-            "down",
-        ),
-    ]
-
-
-def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    d, dt, hd = spec.n_embd, spec.dense_type, spec.head_dim
-    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
-    p = f"blk.{il}."
-    out = [
-        _ones(p + "attn_norm.weight", d, il),
-        _lin(p + "attn_q.weight", d, n_q, dt, il),
-        _lin(p + "attn_k.weight", d, n_kv, dt, il),
-        _lin(p + "attn_v.weight", d, n_kv, dt, il),
-        _lin(p + "attn_output.weight", n_q, d, dt, il),
-    ]
-    if spec.arch in ("qwen3moe", "qwen3"):
-        out += [_ones(p + "attn_q_norm.weight", hd, il), _ones(p + "attn_k_norm.weight", hd, il)]
-    elif spec.arch == "olmoe":
-        out += [_ones(p + "attn_q_norm.weight", n_q, il), _ones(p + "attn_k_norm.weight", n_kv, il)]
-    out.append(_ones(p + "ffn_norm.weight", d, il))
-    if spec.arch == "qwen3":
-        return out + [
-            _lin(p + "ffn_gate.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_up.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_down.weight", spec.n_ff, d, dt, il, DOWN_GAIN),
-        ]
-    # router in f32, as converted models have it
-    out.append(
-        TensorPlan(
-            p + "ffn_gate_inp.weight",
-            (d, spec.n_expert),
-            "f32",
-            "normal",
-            ROUTER_GAIN / math.sqrt(d),
-            layer=il,
-        )
-    )
-    width = spec.n_ff_exp
-    out += _experts(spec, il, width)
-    if spec.arch == "qwen2moe":
-        out += [
-            TensorPlan(p + "ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
-            _lin(p + "ffn_gate_shexp.weight", d, spec.n_ff_shexp, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_up_shexp.weight", d, spec.n_ff_shexp, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_down_shexp.weight", spec.n_ff_shexp, d, dt, il, DOWN_GAIN),
-        ]
-    return out
-
-
-def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
-    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab).control_ids)
-    d, dt = spec.n_embd, spec.dense_type
-    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]
-    for il in range(spec.n_layer):
-        out += _layer_tensors(spec, il)
-    out.append(_ones("output_norm.weight", d, -1))
-    out.append(
-        TensorPlan("output.weight", (d, spec.n_vocab), dt, "normal", OUTPUT_GAIN / math.sqrt(d), vocab_ctrl)
-    )
-    return out
-
 
 def plan_kvs(spec: ModelSpec) -> list[KV]:
     a = spec.arch
-    v = tok.build_vocab(spec.n_vocab)
+    sp = tok.specials_for(a)
+    v = tok.build_vocab(spec.n_vocab, sp)
     u32, f32, s = VT.UINT32, VT.FLOAT32, VT.STRING
     kvs = [
         KV("general.architecture", s, a),
@@ -224,10 +90,23 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
         KV(f"{a}.attention.layer_norm_rms_epsilon", f32, spec.rms_eps),
         KV(f"{a}.rope.freq_base", f32, spec.rope_freq_base),
     ]
+    if spec.rope_yarn_factor > 0:
+        kvs += [
+            KV(f"{a}.rope.scaling.type", s, "yarn"),
+            KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
+            KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
+        ]
     if a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp))
+    elif a == "gpt-oss":
+        # as the published files: both lengths, and the window (the alternating pattern is llama.cpp's default)
+        kvs += [
+            KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp),
+            KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp),
+            KV(f"{a}.attention.sliding_window", u32, spec.n_swa),
+        ]
     else:
         kvs.append(KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp))
     if spec.is_moe:
@@ -242,12 +121,12 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
         KV("tokenizer.ggml.tokens", VT.ARRAY, v.tokens, s),
         KV("tokenizer.ggml.scores", VT.ARRAY, v.scores, f32),
         KV("tokenizer.ggml.token_type", VT.ARRAY, v.types, VT.INT32),
-        KV("tokenizer.ggml.unknown_token_id", u32, tok.UNK_ID),
-        KV("tokenizer.ggml.bos_token_id", u32, tok.BOS_ID),
-        KV("tokenizer.ggml.eos_token_id", u32, tok.EOS_ID),
-        KV("tokenizer.ggml.add_bos_token", VT.BOOL, True),
+        KV("tokenizer.ggml.unknown_token_id", u32, sp.unk_id),
+        KV("tokenizer.ggml.bos_token_id", u32, sp.bos_id),
+        KV("tokenizer.ggml.eos_token_id", u32, sp.eos_id),
+        KV("tokenizer.ggml.add_bos_token", VT.BOOL, sp.add_bos),
         KV("tokenizer.ggml.add_eos_token", VT.BOOL, False),
-        KV("tokenizer.chat_template", s, spec.chat_template or tok.CHATML_TEMPLATE),
+        KV("tokenizer.chat_template", s, spec.chat_template or sp.template),
     ]
     return kvs
 

@@ -24,6 +24,40 @@ _QWEN3_30B = dict(
     dense_type="q8_0",
 )
 
+# gpt-oss (llama.cpp arch "gpt-oss"), from the published configs: 2880 wide (experts too), 64 query heads of 64,
+# 8 KV heads, a 128-token sliding window on every other layer, RoPE base 150000 with YaRN x32 over 4096, top-4.
+# Sizes are matched to ggml-org's MXFP4 GGUFs (20b 11.27 GiB, 120b 59.02 GiB of tensor data): MXFP4 experts, every
+# 2-D dense weight Q8_0 (embeddings, attention, output head), router, biases, sinks and norms f32. The
+# vocabulary keeps the real size (201088, byte-level pieces here), because the embedding and output head are
+# 1.23 GB at Q8_0: with a 1024-token vocab the 20b file would be 10% short of the published one (120b: 2%), and
+# the output head is part of the dense bytes read every token.
+_GPT_OSS = dict(
+    arch="gpt-oss",
+    n_expert_used=4,
+    n_embd=2880,
+    n_ff_exp=2880,
+    n_head=64,
+    n_head_kv=8,
+    head_dim=64,
+    n_vocab=201088,
+    ctx_len=131072,
+    expert_type="mxfp4",
+    dense_type="q8_0",
+    n_swa=128,
+)
+
+# per-arch defaults, under a shape's own fields and explicit flags: gpt-oss's experts are MXFP4 and its RoPE is
+# YaRN-scaled, whatever the size
+ARCH_DEFAULTS: dict[str, dict[str, object]] = {
+    "gpt-oss": dict(
+        expert_type="mxfp4",
+        rms_eps=1e-5,
+        rope_freq_base=150000.0,
+        rope_yarn_factor=32.0,
+        rope_yarn_orig_ctx=4096,
+    ),
+}
+
 SHAPES: dict[str, dict[str, object]] = {
     # the default test model (7 MB at Q4_K): writes in well under a second
     "tiny": {},
@@ -43,12 +77,17 @@ SHAPES: dict[str, dict[str, object]] = {
     # few tokens per second on two cores
     "bench": {**_QWEN3_30B, "n_layer": 16},
     "qwen3-30b-a3b": _QWEN3_30B,
+    "gpt-oss-20b": {**_GPT_OSS, "n_layer": 24, "n_expert": 32},
+    "gpt-oss-120b": {**_GPT_OSS, "n_layer": 36, "n_expert": 128},
 }
 
 
 def shape_spec(name: str, **overrides: object) -> ModelSpec:
-    """The spec of shape `name` with the non-None overrides applied."""
+    """The spec of shape `name` with the non-None overrides applied, over the arch's defaults."""
     if name not in SHAPES:
         raise UserError(f"--shape {name!r} is not one of {', '.join(SHAPES)}")
-    fields = {**SHAPES[name], **{k: v for k, v in overrides.items() if v is not None}}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    shape = SHAPES[name]
+    arch = str(given.get("arch", shape.get("arch", ModelSpec.arch)))
+    fields = {**ARCH_DEFAULTS.get(arch, {}), **shape, **given}
     return dataclasses.replace(ModelSpec(), **fields)

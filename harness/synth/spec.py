@@ -5,16 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError
+from harness.synth.tokenizer import specials_for
 
-# arch -> what the writer knows how to lay out. qwen3moe/qwen2moe are the engine's targets; qwen3 is the dense
-# control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
-ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "qwen3", "olmoe")
-MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "olmoe"})
-EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k")
+# arch -> what the writer knows how to lay out. qwen3moe/qwen2moe/gpt-oss are the engine's targets; qwen3 is the
+# dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
+ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
+MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
+EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
 DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
 
 # the row length (ne[0]) of a tensor of this type must be a multiple of this
-BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256}
+BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32}
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,18 @@ class ModelSpec:
     chat_template: str = ""  # empty: the built-in ChatML template
     rms_eps: float = 1e-6
     rope_freq_base: float = 1_000_000.0
+    rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
+    rope_yarn_orig_ctx: int = 0  # YaRN's original context length
+    n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
 
     @property
     def is_moe(self) -> bool:
         return self.arch in MOE_ARCHS
 
 
-MIN_VOCAB = 256 + 5  # 256 byte tokens + unk, bos, eos, im_start, im_end
+def min_vocab(arch: str) -> int:
+    """256 byte tokens plus the arch's special tokens (ChatML, or harmony for gpt-oss)."""
+    return 256 + len(specials_for(arch).tokens)
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -77,9 +83,10 @@ def validate(spec: ModelSpec) -> None:
     ):
         _need(val >= 1, f"{flag} must be at least 1 (got {val})")
     _need(spec.seed >= 0, f"--seed must be >= 0 (got {spec.seed})")
+    n_min = min_vocab(spec.arch)
     _need(
-        spec.n_vocab >= MIN_VOCAB,
-        f"--vocab must be at least {MIN_VOCAB} (256 bytes + 5 specials), got {spec.n_vocab}",
+        spec.n_vocab >= n_min,
+        f"--vocab must be at least {n_min} (256 bytes + {n_min - 256} specials), got {spec.n_vocab}",
     )
     _need(
         spec.n_head % spec.n_head_kv == 0,
@@ -118,6 +125,8 @@ def validate(spec: ModelSpec) -> None:
         )
     if spec.arch == "qwen2moe":
         _need(spec.n_ff_shexp >= 1, f"--shared-ff must be at least 1 (got {spec.n_ff_shexp})")
+    if spec.arch == "gpt-oss":
+        _need(spec.n_swa >= 1, f"--swa must be at least 1 (got {spec.n_swa})")
     if spec.arch == "qwen3":
         _need(spec.n_ff >= 1, f"--dense-ff must be at least 1 (got {spec.n_ff})")
     dblk = BLOCK_ELEMS[spec.dense_type]

@@ -1,8 +1,9 @@
-"""A byte-level SentencePiece ("llama") vocabulary and a ChatML template (pure).
+"""Byte-level SentencePiece ("llama") vocabularies and chat templates (pure).
 
-Ids 0..4 are <unk>, <s>, </s>, <|im_start|>, <|im_end|>; then the 256 `<0xXX>` byte tokens, so any text
-tokenizes (byte fallback); the rest are ordinary pieces ("▁" word starts, letters, letter pairs) that give the
-SPM merger something to merge. Control tokens get a zero output row in the weights (see plan.py), so greedy
+The first ids are the chat format's special tokens: ChatML's (<unk>, <s>, </s>, <|im_start|>, <|im_end|>)
+for most archs, harmony's for gpt-oss (see HARMONY); then the 256 `<0xXX>` byte tokens, so any text tokenizes
+(byte fallback); the rest are ordinary pieces ("▁" word starts, letters, letter pairs) that give the SPM
+merger something to merge. Control tokens get a zero output row in the weights (see plan.py), so greedy
 decoding never ends early on EOS.
 """
 
@@ -19,15 +20,7 @@ TYPE_CONTROL = 3
 TYPE_BYTE = 6
 
 UNK_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = 0, 1, 2, 3, 4
-SPECIALS: tuple[tuple[str, int], ...] = (
-    ("<unk>", TYPE_UNKNOWN),
-    ("<s>", TYPE_CONTROL),
-    ("</s>", TYPE_CONTROL),
-    ("<|im_start|>", TYPE_CONTROL),
-    ("<|im_end|>", TYPE_CONTROL),
-)
 N_BYTE_TOKENS = 256
-FIRST_NORMAL_ID = len(SPECIALS) + N_BYTE_TOKENS
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -35,6 +28,86 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+# The harmony format of gpt-oss, written from its public description: every message is
+# <|start|>{role}<|message|>{content}<|end|>; a system message first carries the knowledge cutoff, the
+# reasoning effort (`reasoning_effort`: low, medium or high; medium by default) and the valid channels; the
+# caller's system prompt becomes the developer message's instructions; assistant turns in the history are
+# final-channel messages; the generation prompt is <|start|>assistant, after which the model names its own
+# channel (analysis first, then final). llama.cpp recognises the format by its <|start|> and <|channel|>
+# markers: llama_chat_apply_template then applies its built-in harmony form (no system preamble), while a
+# Jinja renderer (llama-cpp-python's chat handlers) renders this template in full.
+HARMONY_TEMPLATE = (
+    "{%- set effort = reasoning_effort | default('medium') -%}"
+    "{{- '<|start|>system<|message|>Knowledge cutoff: 2024-06\\n\\nReasoning: ' + effort + '\\n\\n'"
+    " + '# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>' -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] in ('system', 'developer') -%}"
+    "{{- '<|start|>developer<|message|># Instructions\\n\\n' + message['content'] + '<|end|>' -}}"
+    "{%- elif message['role'] == 'user' -%}"
+    "{{- '<|start|>user<|message|>' + message['content'] + '<|end|>' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{{- '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' -}}"
+    "{%- else -%}"
+    "{{- raise_exception('harmony template: unsupported role ' + message['role']) -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}"
+)
+
+
+@dataclass(frozen=True)
+class Specials:
+    """A chat format's special tokens (ids 0..n-1 of the vocab, in this order) and its template."""
+
+    tokens: tuple[tuple[str, int], ...]  # (text, llama_token_type)
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    add_bos: bool
+    template: str
+
+
+CHATML = Specials(
+    (
+        ("<unk>", TYPE_UNKNOWN),
+        ("<s>", TYPE_CONTROL),
+        ("</s>", TYPE_CONTROL),
+        ("<|im_start|>", TYPE_CONTROL),
+        ("<|im_end|>", TYPE_CONTROL),
+    ),
+    UNK_ID,
+    BOS_ID,
+    EOS_ID,
+    True,
+    CHATML_TEMPLATE,
+)
+
+# gpt-oss's o200k_harmony specials by name (the real ids are 199998..200012); eos is <|return|>, as in the
+# published GGUFs. With <|return|> and <|call|> present llama.cpp drops <|end|> from the end-of-generation set.
+HARMONY = Specials(
+    (
+        ("<unk>", TYPE_UNKNOWN),
+        ("<|startoftext|>", TYPE_CONTROL),
+        ("<|endoftext|>", TYPE_CONTROL),
+        ("<|return|>", TYPE_CONTROL),
+        ("<|constrain|>", TYPE_CONTROL),
+        ("<|channel|>", TYPE_CONTROL),
+        ("<|start|>", TYPE_CONTROL),
+        ("<|end|>", TYPE_CONTROL),
+        ("<|message|>", TYPE_CONTROL),
+        ("<|call|>", TYPE_CONTROL),
+    ),
+    0,
+    1,
+    3,
+    False,
+    HARMONY_TEMPLATE,
+)
+
+
+def specials_for(arch: str) -> Specials:
+    return HARMONY if arch == "gpt-oss" else CHATML
 
 
 @dataclass(frozen=True)
@@ -60,14 +133,15 @@ def _normal_pieces() -> list[str]:
     return out
 
 
-def build_vocab(n_vocab: int) -> Vocab:
-    if n_vocab < FIRST_NORMAL_ID:
-        raise ValueError(f"n_vocab {n_vocab} < {FIRST_NORMAL_ID}")
-    tokens = [s for s, _ in SPECIALS]
-    types = [t for _, t in SPECIALS]
+def build_vocab(n_vocab: int, specials: Specials = CHATML) -> Vocab:
+    first_normal = len(specials.tokens) + N_BYTE_TOKENS
+    if n_vocab < first_normal:
+        raise ValueError(f"n_vocab {n_vocab} < {first_normal}")
+    tokens = [s for s, _ in specials.tokens]
+    types = [t for _, t in specials.tokens]
     tokens += [f"<0x{b:02X}>" for b in range(N_BYTE_TOKENS)]
     types += [TYPE_BYTE] * N_BYTE_TOKENS
-    n_normal = n_vocab - FIRST_NORMAL_ID
+    n_normal = n_vocab - first_normal
     pieces = _normal_pieces()
     i = 0
     while len(pieces) < n_normal:  # beyond ~1500 pieces: three-letter pieces, generated on demand
@@ -76,7 +150,7 @@ def build_vocab(n_vocab: int) -> Vocab:
     tokens += pieces[:n_normal]
     types += [TYPE_NORMAL] * n_normal
     # SPM merges the pair whose result scores highest: longer pieces score higher, then earlier ones
-    scores = [0.0] * FIRST_NORMAL_ID + [float(len(p)) - j * 1e-4 for j, p in enumerate(pieces[:n_normal])]
+    scores = [0.0] * first_normal + [float(len(p)) - j * 1e-4 for j, p in enumerate(pieces[:n_normal])]
     return Vocab(tokens=tokens, scores=scores, types=types)
 
 
