@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 
 from harness.campaigns.schema import Campaign
-from harness.campaigns.yamlsrc import CampaignError
+from harness.campaigns.yamlsrc import CampaignError, Where, where_order
 from harness.formats.campaign import FlagValue, render_value
 
 
@@ -17,7 +17,7 @@ class Cell:
     index: int
     flags: dict[str, FlagValue]  # the full engine flags of this cell (base + its change)
     varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
-    line: int  # source line that produced it
+    line: Where  # the source line (or --set argument) that produced it
     name: str = ""  # the axis value's label; "" -> derived from what varies
 
     @property
@@ -80,7 +80,7 @@ def expand_cells(c: Campaign) -> list[Cell]:
     base names the base cell (e.g. `mmap`)."""
     base = dict(c.flags)
     base_label = "base"
-    raw: list[tuple[dict[str, FlagValue], int, str | None]] = [(base, c.flags_line, None)]
+    raw: list[tuple[dict[str, FlagValue], Where, str | None]] = [(base, c.flags_line, None)]
     if c.cross and c.axes:
         for combo in itertools.product(*[list(a.values) for a in c.axes]):
             flags = dict(base)
@@ -95,7 +95,7 @@ def expand_cells(c: Campaign) -> list[Cell]:
                 if not _diff(base, flags) and not ax.is_flag:
                     base_label = v.label
                 raw.append((flags, v.line, v.label))
-    problems: list[tuple[int, str]] = []
+    problems: list[tuple[Where, str]] = []
     for ec in c.cells:
         flags = {**base, **ec.flags}
         d = _diff(base, flags)
@@ -105,13 +105,14 @@ def expand_cells(c: Campaign) -> list[Cell]:
         raw.append((flags, ec.line, None))
 
     cells: list[Cell] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, Where] = {}
     for flags, line, label in raw:
         d = _diff(base, flags)
         key = cell_label(d)
         if key in seen:
             if d:  # an axis value equal to the base is simply the base cell
-                problems.append((line, f"cell {label or key} is listed twice (first at line {seen[key]})"))
+                first = f"line {seen[key]}" if isinstance(seen[key], int) else seen[key]
+                problems.append((line, f"cell {label or key} is listed twice (first at {first})"))
             continue
         seen[key] = line
         # keep base flags first, in their order, for readable argv
@@ -119,9 +120,10 @@ def expand_cells(c: Campaign) -> list[Cell]:
         name = base_label if not d else (label or key)
         cells.append(Cell(index=len(cells), flags=full, varied=d, line=line, name=name))
     if problems:
-        raise CampaignError([f"{c.source}:{ln}: {m}" for ln, m in sorted(problems)])
+        problems.sort(key=lambda t: (where_order(t[0]), t[1]))
+        raise CampaignError([f"{c.place(w)}: {m}" for w, m in problems])
     if len(cells) < 2:
-        raise CampaignError([f"{c.source}:{c.lines.get('axes', 1)}: the campaign has only the base cell: "
+        raise CampaignError([f"{c.place(c.lines.get('axes', 1))}: the campaign has only the base cell: "
                              f"add an axis (axes: [{{flag: --x, values: [a, b]}}]) with a value that differs "
                              f"from the base"])
     return cells

@@ -8,6 +8,7 @@ it was after the last finished run."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,7 +71,14 @@ def plan_record(plan: Plan) -> PlanRecord:
         base_flags=c.flags,
         cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied) for x in plan.cells],
         order_of_runs=[r.run_id for r in plan.runs],
+        **({"overrides": list(c.overrides)} if c.overrides else {}),  # absent without any: old hashes hold
     )
+
+
+def reproduce_command(plan: Plan) -> str:
+    """The command that runs this plan again: the campaign file and its `--set` arguments."""
+    c = plan.campaign
+    return f"bmoe-bench run {c.source}" + "".join(f" --set {shlex.quote(o)}" for o in c.overrides)
 
 
 def git_commit(cwd: Path) -> dict:
@@ -191,7 +199,7 @@ def new_manifest(plan: Plan, rec: PlanRecord, target_desc: dict, res: Resolved, 
         campaign=rec,
         plan_hash=plan_hash(rec),
         source=plan.campaign.source,
-        reproduce=f"bmoe-bench run {plan.campaign.source}",
+        reproduce=reproduce_command(plan),
         harness=HarnessDesc(bmoe_bench=_harness_version(), **git_commit(Path.cwd())),
         engine=EngineDesc(kind=plan.campaign.engine.kind, argv0=res.engine_argv0, version=res.engine_version),
         model=res.model_desc,
@@ -218,10 +226,12 @@ class CampaignResult:
 
 
 def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: Console | None = None,
-                 fresh: bool = False, retry_failed: bool = False, target: Target | None = None
-                 ) -> CampaignResult:
+                 fresh: bool = False, retry_failed: bool = False, target: Target | None = None,
+                 overrides: list[str] | tuple[str, ...] = ()) -> CampaignResult:
+    """Run or resume a campaign. `overrides` (`--set KEY=VALUE`) are part of the plan: a folder resumes
+    only with the same ones, in the same order."""
     console = console or Console(stderr=True)
-    plan = plan_campaign(path)
+    plan = plan_campaign(path, overrides=overrides)
     rec = plan_record(plan)
     h = plan_hash(rec)
     own_target = target is None
@@ -230,6 +240,8 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
         folder = None if fresh else store.find_resumable(root, plan.campaign.name, h, with_failed=retry_failed)
         now = time.time()
         if folder is None:
+            if not fresh:
+                _note_other_plans(root, plan, h, console)
             res = resolve_inputs(plan, target, console)
             folder = store.new_folder(root, plan.campaign.name, now)
             shutil.copyfile(plan.campaign.source, folder / "campaign.yaml")
@@ -264,6 +276,14 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
     finally:
         if own_target:
             target.close()
+
+
+def _note_other_plans(root: Path, plan: Plan, h: str, console: Console) -> None:
+    """Starting a new folder while one of this campaign with another plan is unfinished: say how to resume it."""
+    for d, sets in store.unfinished_elsewhere(root, plan.campaign.name, h):
+        how = " ".join(f"--set {shlex.quote(o)}" for o in sets) or "no --set"
+        console.print(f"note: {d} is unfinished with a different plan (the file changed, or other --set "
+                      f"arguments: it had {how}); starting a new folder")
 
 
 def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved, console: Console

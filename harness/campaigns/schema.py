@@ -16,8 +16,9 @@ from typing import Annotated, Union, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, Field, Tag, ValidationError
 from pydantic_core import ErrorDetails
 
+from harness.campaigns.overrides import apply_overrides
 from harness.campaigns.recipe import recipe_spec
-from harness.campaigns.yamlsrc import CampaignError, Document, Loc, loc_name, read_document, type_name
+from harness.campaigns.yamlsrc import CampaignError, Document, Loc, Where, loc_name, place, read_document, type_name
 from harness.errors import UserError
 from harness.formats.campaign import BundleAxis, CampaignFile, FlagAxis, FlagValue, render_value
 from harness.formats.campaign import Cooldown as Cooldown  # re-exported: gate.py and tests import it from here
@@ -27,7 +28,7 @@ from harness.formats.campaign import Cooldown as Cooldown  # re-exported: gate.p
 class AxisValue:
     label: str  # "--cache-mb=64" for a flag axis, the bundle's own label for a named axis
     flags: dict[str, FlagValue]
-    line: int
+    line: Where
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,14 @@ class Axis:
         return self.name
 
     @property
-    def lines(self) -> tuple[int, ...]:
+    def lines(self) -> tuple[Where, ...]:
         return tuple(v.line for v in self.values)
 
 
 @dataclass(frozen=True)
 class ExplicitCell:
     flags: dict[str, FlagValue]
-    line: int
+    line: Where
 
 
 class Campaign(CampaignFile):
@@ -59,22 +60,29 @@ class Campaign(CampaignFile):
     cells: tuple[ExplicitCell, ...] = ()  # type: ignore[assignment]
     source: str = ""  # the path as the user gave it (for messages and the reproduce command)
     base_dir: str = ""  # folder of the campaign file: relative model/engine paths resolve against it
-    lines: dict[str, int] = Field(default_factory=dict)  # top-level key -> line of its value
+    lines: dict[str, Where] = Field(default_factory=dict)  # top-level key -> its line (or its last --set)
+    overrides: tuple[str, ...] = ()  # the `--set KEY=VALUE` arguments applied to the file, as given
 
     @property
-    def flags_line(self) -> int:
+    def flags_line(self) -> Where:
         return self.lines.get("flags", 1)
+
+    def place(self, where: Where) -> str:
+        """`file:line`, or the `--set` argument, for a message."""
+        return place(self.source, where)
 
     def resolve_local(self, p: str) -> Path:
         q = Path(p).expanduser()
         return q if q.is_absolute() else Path(self.base_dir) / q
 
 
-def load_campaign(path: Path | str) -> Campaign:
-    """Parse and type-check a campaign file. Raises CampaignError listing every problem."""
+def load_campaign(path: Path | str, overrides: list[str] | tuple[str, ...] = ()) -> Campaign:
+    """Parse and type-check a campaign file, with `--set KEY=VALUE` overrides applied first (see
+    harness.campaigns.overrides). Raises CampaignError listing every problem."""
     shown = str(path)
     path = Path(path)
     doc = read_document(path, shown)
+    apply_overrides(doc, overrides)
     try:
         spec = CampaignFile.model_validate(doc.data)
     except ValidationError as e:
@@ -86,7 +94,8 @@ def load_campaign(path: Path | str) -> Campaign:
     cells = tuple(ExplicitCell(flags=dict(f), line=doc.line(("cells", i))) for i, f in enumerate(spec.cells))
     fields = {k: getattr(spec, k) for k in CampaignFile.model_fields}
     return Campaign.model_construct(**{**fields, "axes": axes, "cells": cells}, source=shown,
-                                    base_dir=str(path.parent), lines={str(k): doc.line((k,)) for k in doc.data})
+                                    base_dir=str(path.parent), lines={str(k): doc.top(str(k)) for k in doc.data},
+                                    overrides=tuple(overrides))
 
 
 def _axis(ax: FlagAxis | BundleAxis, loc: Loc, doc: Document) -> Axis:
@@ -111,7 +120,7 @@ def _recipe_problems(spec: CampaignFile) -> list[tuple[Loc, str]]:
 
 # ---- a pydantic error as one line: where, what it must be, what it got ----
 
-def _explain(err: ErrorDetails, doc: Document) -> tuple[int, str]:
+def _explain(err: ErrorDetails, doc: Document) -> tuple[Where, str]:
     loc, parent, ann, is_key = _resolve(err["loc"])
     kind, where = err["type"], loc_name(loc)
     inside = "" if len(loc) == 1 else f" in {loc_name(loc[:-1])}"

@@ -38,26 +38,37 @@ def new_folder(root: Path, name: str, t: float) -> Path:
     return p
 
 
-def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False) -> Path | None:
-    """The newest unfinished folder of this campaign with the same plan, if any (with_failed: also a
-    complete one that has failed runs)."""
+def _folders(root: Path, name: str) -> list[tuple[Path, Manifest]]:
+    """Every readable folder of this campaign under root, oldest name first."""
     root = Path(root)
     if not root.is_dir():
-        return None
-    found = []
-    for d in root.iterdir():
+        return []
+    out = []
+    for d in sorted(root.iterdir()):
         if not d.is_dir() or not (d / MANIFEST).is_file() or f"-{name}" not in d.name:
             continue
         try:
             m = load_manifest(d)
         except UserError:
             continue
-        if m.campaign.name != name or m.plan_hash != plan_hash:
-            continue
-        failed = any(r.status == "failed" for r in m.runs)
-        if m.status != "complete" or (with_failed and failed):
-            found.append(d)
-    return sorted(found)[-1] if found else None
+        if m.campaign.name == name:
+            out.append((d, m))
+    return out
+
+
+def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False) -> Path | None:
+    """The newest unfinished folder of this campaign with the same plan, if any (with_failed: also a
+    complete one that has failed runs)."""
+    found = [d for d, m in _folders(root, name) if m.plan_hash == plan_hash and (
+        m.status != "complete" or with_failed and any(r.status == "failed" for r in m.runs))]
+    return found[-1] if found else None
+
+
+def unfinished_elsewhere(root: Path, name: str, plan_hash: str) -> list[tuple[Path, list[str]]]:
+    """Unfinished folders of this campaign with another plan (say, other --set overrides): each with its
+    overrides, so the user can be told how to resume it."""
+    return [(d, m.campaign.overrides) for d, m in _folders(root, name)
+            if m.plan_hash != plan_hash and m.status != "complete"]
 
 
 def tmp_run_dir(folder: Path, run_id: str) -> Path:

@@ -32,37 +32,45 @@ def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, pr
 
 
 def engine_refusals(c: Campaign, cells: list[Cell]) -> list[str]:
-    """`file:line: ...` for every cell the bmoe engine's own parser refuses (external engines: none)."""
+    """`file:line: ...` for every cell the bmoe engine's own parser refuses (external engines: none); a
+    cell refused for the same reason as the base cell is not listed again."""
     if c.engine.kind != "bmoe":
         return []
     from harness.engine.config import parse_cli
 
     out = []
+    base = None  # a refusal of the base cell, reported once there rather than again for every cell
     for cell in cells:
         try:
             parse_cli(engine_argv_tail(c, cell, model="model.gguf", csv="run.csv", progress=True))
         except UserError as e:
-            out.append(f"{c.source}:{cell.line}: cell {cell.label}: the engine would refuse it: {e}")
+            if cell.is_base:
+                base = str(e)
+            elif str(e) == base:
+                continue
+            out.append(f"{c.place(cell.line)}: cell {cell.label}: the engine would refuse it: {e}")
     return out
 
 
 def local_file_problems(c: Campaign) -> list[str]:
     out = []
     if c.target.kind == "local" and c.model.path is not None and not c.resolve_local(c.model.path).is_file():
-        out.append(f"{c.source}:{c.lines.get('model', 1)}: model.path {c.model.path} does not exist "
+        out.append(f"{c.place(c.lines.get('model', 1))}: model.path {c.model.path} does not exist "
                    f"(relative paths are from {c.base_dir or '.'}); give a file, or a recipe to generate one")
     for what, p in (("model.push_from", c.model.push_from), ("engine.push_from", c.engine.push_from)):
         if p is not None and not c.resolve_local(p).is_file():
-            out.append(f"{c.source}:{c.lines.get(what.split('.')[0], 1)}: {what} {p} does not exist")
+            out.append(f"{c.place(c.lines.get(what.split('.')[0], 1))}: {what} {p} does not exist")
     if c.target.kind == "local" and c.engine.kind == "external" and c.engine.path is not None:
         if not c.resolve_local(c.engine.path).is_file():
-            out.append(f"{c.source}:{c.lines.get('engine', 1)}: engine.path {c.engine.path} does not exist")
+            out.append(f"{c.place(c.lines.get('engine', 1))}: engine.path {c.engine.path} does not exist")
     return out
 
 
-def plan_campaign(path: Path | str, *, check_files: bool = True) -> Plan:
-    """Load, expand, order and check a campaign; CampaignError lists every problem with file:line."""
-    c = load_campaign(path)
+def plan_campaign(path: Path | str, *, check_files: bool = True, overrides: list[str] | tuple[str, ...] = ()
+                  ) -> Plan:
+    """Load (with `--set KEY=VALUE` overrides applied), expand, order and check a campaign; CampaignError
+    lists every problem with file:line (or the --set argument it came from)."""
+    c = load_campaign(path, overrides)
     cells = expand_cells(c)
     problems = engine_refusals(c, cells)
     if check_files:

@@ -15,6 +15,17 @@ import yaml
 from harness.errors import UserError
 
 Loc = tuple[str | int, ...]  # keys and list indices from the top of the document
+Where = int | str  # a line of the file, or the command-line argument a value came from (`--set k=v`)
+
+
+def place(src: str, where: Where) -> str:
+    """Where a problem is, as messages start: `file:line` or the `--set` argument."""
+    return where if isinstance(where, str) else f"{src}:{where}"
+
+
+def where_order(where: Where) -> tuple[int, int]:
+    """Sort key: the file's lines in order, then the command-line arguments (in the order given)."""
+    return (1, 0) if isinstance(where, str) else (0, where)
 
 
 class CampaignError(UserError):
@@ -26,28 +37,34 @@ class CampaignError(UserError):
         super().__init__(lines[0] + more)
 
     @classmethod
-    def at(cls, src: str, problems: list[tuple[int, str]]) -> CampaignError:
-        """From (line, message) pairs, in line order."""
-        return cls([f"{src}:{line}: {msg}" for line, msg in sorted(problems, key=lambda t: t[0])])
+    def at(cls, src: str, problems: list[tuple[Where, str]]) -> CampaignError:
+        """From (where, message) pairs: the file's in line order, then the command line's."""
+        return cls([f"{place(src, w)}: {msg}" for w, msg in sorted(problems, key=lambda t: where_order(t[0]))])
 
 
 @dataclass
 class Document:
-    """A YAML file's content as plain values, and where each part of it is."""
+    """A YAML file's content as plain values, and where each part of it is (a line, or the `--set`
+    argument that replaced it)."""
 
     data: object = None
-    value_lines: dict[Loc, int] = field(default_factory=dict)
-    key_lines: dict[Loc, int] = field(default_factory=dict)  # the line of the key of a mapping entry
+    value_lines: dict[Loc, Where] = field(default_factory=dict)
+    key_lines: dict[Loc, Where] = field(default_factory=dict)  # the line of the key of a mapping entry
     texts: dict[Loc, str] = field(default_factory=dict)  # scalars as written
-    problems: list[tuple[int, str]] = field(default_factory=list)  # (line, message)
+    problems: list[tuple[Where, str]] = field(default_factory=list)  # (where, message)
+    replaced: list[tuple[Loc, str]] = field(default_factory=list)  # (location, `--set` argument), in order
 
-    def line(self, loc: Loc, *, key: bool = False) -> int:
+    def line(self, loc: Loc, *, key: bool = False) -> Where:
         """The line of `loc` (its key's line with key=True), else of the nearest part that exists."""
         if key and loc in self.key_lines:
             return self.key_lines[loc]
         while loc not in self.value_lines:
             loc = loc[:-1]
         return self.value_lines[loc]
+
+    def top(self, key: str) -> Where:
+        """Where a top-level key's value comes from: the last `--set` under it, else its line."""
+        return next((w for loc, w in reversed(self.replaced) if loc[0] == key), None) or self.line((key,))
 
 
 def read_document(path: Path, shown: str) -> Document:

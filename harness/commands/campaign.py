@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -24,14 +25,23 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report)
 
 
-def validate(file: Path = typer.Argument(..., help="campaign YAML file")) -> None:
+SET_HELP = ("override a campaign field, checked like the file: KEY is a dotted path (model.path, "
+            "target.serial, tokens, flags.--cache-mb), VALUE a YAML scalar (8, true, null); repeatable, later wins")
+
+
+def _set_option() -> list[str]:
+    return typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP)
+
+
+def validate(file: Path = typer.Argument(..., help="campaign YAML file"),
+             set_: list[str] = _set_option()) -> None:
     """Check a campaign file (schema, one axis at a time, flags the engine would refuse) and show its
     cells and run order."""
     from harness.campaigns.validate import plan_campaign
     from harness.campaigns.yamlsrc import CampaignError
 
     try:
-        plan = plan_campaign(file)
+        plan = plan_campaign(file, overrides=set_)
     except CampaignError as e:
         if len(e.lines) == 1:
             raise
@@ -39,6 +49,8 @@ def validate(file: Path = typer.Argument(..., help="campaign YAML file")) -> Non
             typer.echo(line, err=True)
         raise UserError(f"{file}: {len(e.lines)} problems (listed above)") from None
     c = plan.campaign
+    if c.overrides:
+        typer.echo(f"{file}: with " + ", ".join(f"--set {o}" for o in c.overrides))
     typer.echo(f"{file}: ok: campaign {c.name}, {len(plan.cells)} cells x {c.repeats} repeats = "
                f"{len(plan.runs)} runs of {c.tokens} tokens, order {c.order}, target {c.target.kind}")
     for cell in plan.cells:
@@ -53,9 +65,11 @@ def run(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="run the failed runs of the newest "
                                       "folder of this campaign again (their old records are kept)"),
     no_report: bool = typer.Option(False, "--no-report", help="do not write findings.md at the end"),
+    set_: list[str] = _set_option(),
 ) -> None:
     """Run (or resume) a campaign: one engine process per run, raw files under OUT/<date>-<name>/,
-    then the report. Exit status 1 if any run failed."""
+    then the report. Exit status 1 if any run failed. --set overrides are part of the plan: the same
+    command (same --set arguments) resumes the folder; other ones start a new folder."""
     import signal
 
     from harness.campaigns.runner import run_campaign
@@ -66,9 +80,10 @@ def run(
 
     old = signal.signal(signal.SIGTERM, _term)
     try:
-        res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed)
+        res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted: finished runs are kept; run `bmoe-bench run {file}` again to "
+        again = "".join(f" --set {shlex.quote(o)}" for o in set_)
+        raise Interrupted(f"interrupted: finished runs are kept; run `bmoe-bench run {file}{again}` again to "
                           f"continue") from None
     finally:
         signal.signal(signal.SIGTERM, old)

@@ -169,8 +169,13 @@ AxisSpec = Annotated[
         "needs exactly one of flag (vary one flag) or name (labelled flag bundles)"))]
 
 
+SHORTHAND = ("target", "engine")  # keys whose value may be just their kind: `target: local`, `engine: bmoe`
+# a part that takes exactly one of these keys: setting one (`--set model.path=...`) replaces the others
+ONE_OF: dict[str, tuple[str, ...]] = {"model": ("path", "recipe", "push_from"), "engine": ("path", "push_from")}
+
+
 def _shorthand(v: object) -> object:
-    return {"kind": v} if isinstance(v, str) else v  # `target: local`, `engine: bmoe`
+    return {"kind": v} if isinstance(v, str) else v
 
 
 class CampaignFile(_Model):

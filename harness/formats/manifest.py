@@ -2,8 +2,9 @@
 and of every run's outcome, rewritten atomically after each run.
 
     format, version, created, status ("running", "complete", "interrupted", "stopped: ...")
-    campaign            the plan (PlanRecord): what was asked; hashed into plan_hash to find a folder to resume
-    source, reproduce   the campaign file, and the command that runs it again
+    campaign            the plan (PlanRecord): what was asked, with the `--set` overrides applied and listed
+                        (`overrides`, absent without any); hashed into plan_hash to find a folder to resume
+    source, reproduce   the campaign file, and the command that runs it again (with the same --set arguments)
     harness, engine, model, target, read_bandwidth    what it ran with and on
     runs                one RunRecord per planned run, in plan order: its place, its outcome, and (v2) the
                         sha256 of every raw file of the run as committed (metrics.csv, state.jsonl,
@@ -69,6 +70,7 @@ class PlanRecord(Record):
     base_flags: dict[str, FlagValue]
     cells: list[PlanCell]
     order_of_runs: list[str]
+    overrides: list[str] = []  # `--set KEY=VALUE` arguments applied to the file, as given (set only when any)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------
