@@ -197,7 +197,7 @@ def load_trace(path: str | Path) -> RouteTrace:
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(
             f"route trace {p}: cannot read it ({e.__class__.__name__}: {e}); "
-            "give a route_trace v1 CSV such as ../shared/data/route-traces/qwen.route.csv"
+            "give a route_trace v1 CSV such as data/route-traces/qwen.route.csv"
         ) from None
     try:
         return parse_trace(text.splitlines(), name=trace_name(p))
