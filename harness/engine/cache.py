@@ -8,7 +8,7 @@ Semantics (DESIGN.md section 4, comparable with the C++ original):
 - budget 0 means "no cache": every lookup misses and the previous batch is dropped at the next one.
 
 The cache decides *what* is resident; the engine does the I/O (reads the misses, drops the evicted
-pages). Policies decide only which entry to evict; they live in harness/engine/policies.py.
+pages). Policies decide only which entry to evict; they live in harness/engine/policies/.
 """
 
 from __future__ import annotations
