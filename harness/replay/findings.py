@@ -159,8 +159,8 @@ def findings_md(
         "- Hits and bytes, not tokens per second: no I/O queueing, no overlap with compute, no policy "
         "CPU cost (the aged policies and markov-duel compare one number per layer on each eviction; "
         "aged-markov and markov-duel also do a few numpy passes over a layer's experts per layer batch).\n"
-        "- No prefetching: Belady here is the best *demand* cache; a predictor that reads ahead can do "
-        "better than this bound on stalls, not on bytes.\n"
+        "- No prefetching: Belady here is a *demand* cache (the best one where sizes are equal); a predictor "
+        "that reads ahead can do better than this bound on stalls, not on bytes.\n"
         "- Cold start: each replay starts empty, like one engine process per run.\n"
     )
     L.append("## Reproduce\n")
