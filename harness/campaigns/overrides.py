@@ -59,6 +59,8 @@ def parse_override(arg: str) -> Override | str:
 
 
 def parse_value(text: str) -> object:
+    """A `--set` value: one YAML scalar as the file's reader would construct it, or YAML when it starts
+    with a bracket or a quote."""
     s = text.strip()
     if s[:1] in ("[", "{", "'", '"'):
         return yaml.safe_load(s)
