@@ -8,6 +8,7 @@ import typer
 
 from harness.synth import make_model, plan_model
 from harness.synth.shapes import SHAPES, shape_spec
+from harness.synth.tokenizer import TEMPLATES
 from harness.synth.writer import check_outputs
 
 
@@ -47,6 +48,11 @@ def make_model_cmd(
     dense_type: str | None = typer.Option(
         None, "--dense-type", help="f32, f16 or q8_0 (attention, embeddings)."
     ),
+    chat_template: str | None = typer.Option(
+        None, "--chat-template",
+        help=f"Chat template to carry: {', '.join(TEMPLATES)} (none: no template); default harmony for gpt-oss, "
+        "else chatml. qwen3 adds its <think> tokens to the vocab.",
+    ),
     swa: int | None = typer.Option(None, "--swa", help="Sliding-window size (gpt-oss; default 128)."),
     seed: int | None = typer.Option(None, "--seed", help="Seed; same flags and seed give identical bytes."),
     split: int | None = typer.Option(None, "--split", help="Number of shards."),
@@ -74,6 +80,7 @@ def make_model_cmd(
         expert_type=expert_type,
         dense_type=dense_type,
         n_swa=swa,
+        chat_template=chat_template,
         seed=seed,
         n_split=split,
     )

@@ -101,6 +101,9 @@ class EngineConfig:
     cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,
                             stream_only=True, help="eviction policy (`bmoe-bench replay` compares them)")
     chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
+    no_think: bool = opt(False, "--no-think", lossy="changes the reply: no reasoning before the answer",
+                         help="suppress reasoning by the model's own chat template (harmony: final channel; "
+                         "enable_thinking=false), recorded in the preamble's no_think; needs --chatml")
     temp: float = opt(0.0, "--temp", lo=0, help="sampling temperature (0 = greedy)")
     top_k: int = opt(40, "--top-k", help="top-k sampling (with --temp > 0)")
     top_p: float = opt(0.95, "--top-p", help="top-p sampling (with --temp > 0)")
@@ -243,7 +246,14 @@ def _preload_needs_cache(cfg: EngineConfig) -> str | None:
     return None
 
 
-_RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache)
+def _no_think_needs_chatml(cfg: EngineConfig) -> str | None:
+    if cfg.no_think and not cfg.chatml:
+        return "bmoe: --no-think switches reasoning off inside the model's chat template: add --chatml"
+    return None
+
+
+_RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
+                                                             _no_think_needs_chatml)
 
 
 def validate(cfg: EngineConfig) -> None:

@@ -190,6 +190,7 @@ class ModelLayout:
     by_layer: dict[int, list[ExpertTensor]] = field(default_factory=dict)
     dense_bytes_by_layer: dict[int, int] = field(default_factory=dict)
     nonexpert_bytes: int = 0
+    chat_template: str = ""  # tokenizer.chat_template ("" when the file has none)
 
     @property
     def moe_layers(self) -> list[int]:
@@ -237,6 +238,7 @@ def load_layout(model: Path | str) -> ModelLayout:
         arch=arch, row=row, n_layer=n_layer, n_expert=n_expert,
         n_expert_used=int(h0.kv.get(f"{arch}.expert_used_count", 0) or 0),
         shards=paths, file_bytes=sum(h.file_size for h in headers),
+        chat_template=str(h0.kv.get("tokenizer.chat_template", "") or ""),
     )
     streamed = set(row.expert_tensors)
     for h in headers:

@@ -14,6 +14,7 @@ from harness.engine import sysstats
 from harness.engine.config import EngineConfig
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook
+from harness.engine.prompt import build_prompt
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
 
@@ -45,6 +46,9 @@ class Session:
         self.hook: StreamHook | None = None
         self.result: RunResult | None = None  # set when run() has yielded its last row
         self._log: deque[str] = deque(maxlen=50)
+        # from the file's header, before the slow load: a template that cannot do what was asked is refused now
+        self.prompt = build_prompt(cfg.model, layout.chat_template, cfg.prompt, chatml=cfg.chatml,
+                                   no_think=cfg.no_think)
         self._log_cb = L.llama_log_callback(self._on_log)
         L.llama_log_set(self._log_cb, ctypes.c_void_p(0))
         L.llama_backend_init()
@@ -122,24 +126,7 @@ class Session:
 
     # -- text ----------------------------------------------------------------------------------------
     def prompt_text(self) -> str:
-        if not self.cfg.chatml:
-            return self.cfg.prompt
-        L = self.L
-        tmpl = L.llama_model_chat_template(self.model, None)
-        if not tmpl:
-            raise UserError(f"{self.cfg.model} has no chat template (tokenizer.chat_template); drop --chatml")
-        msgs = (L.llama_chat_message * 1)()
-        msgs[0].role = b"user"
-        msgs[0].content = self.cfg.prompt.encode()
-        n = 4 * len(self.cfg.prompt) + 1024
-        buf = ctypes.create_string_buffer(n)
-        got = L.llama_chat_apply_template(tmpl, msgs, 1, True, buf, n)
-        if got < 0:
-            raise UserError(f"{self.cfg.model}: llama.cpp cannot apply this model's chat template; drop --chatml")
-        if got > n:
-            buf = ctypes.create_string_buffer(got + 1)
-            got = L.llama_chat_apply_template(tmpl, msgs, 1, True, buf, got + 1)
-        return buf.raw[:got].decode("utf-8", "replace")
+        return self.prompt.text
 
     def tokenize(self, text: str) -> list[int]:
         L = self.L

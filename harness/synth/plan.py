@@ -68,7 +68,7 @@ def shard_paths(out: Path, n_split: int) -> list[Path]:
 
 def plan_kvs(spec: ModelSpec) -> list[KV]:
     a = spec.arch
-    sp = tok.specials_for(a)
+    sp = tok.specials_for(a, spec.chat_template)
     v = tok.build_vocab(spec.n_vocab, sp)
     u32, f32, s = VT.UINT32, VT.FLOAT32, VT.STRING
     kvs = [
@@ -126,8 +126,9 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
         KV("tokenizer.ggml.eos_token_id", u32, sp.eos_id),
         KV("tokenizer.ggml.add_bos_token", VT.BOOL, sp.add_bos),
         KV("tokenizer.ggml.add_eos_token", VT.BOOL, False),
-        KV("tokenizer.chat_template", s, spec.chat_template or sp.template),
     ]
+    if tok.TEMPLATES[spec.chat_template or tok.default_template(a)] is not None:
+        kvs.append(KV("tokenizer.chat_template", s, sp.template))
     return kvs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError
-from harness.synth.tokenizer import specials_for
+from harness.synth.tokenizer import TEMPLATES, specials_for
 
 # arch -> what the writer knows how to lay out. qwen3moe/qwen2moe/gpt-oss are the engine's targets; qwen3 is the
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
@@ -39,7 +39,7 @@ class ModelSpec:
     dense_type: str = "f32"
     seed: int = 0
     n_split: int = 1
-    chat_template: str = ""  # empty: the built-in ChatML template
+    chat_template: str = ""  # a name in tokenizer.TEMPLATES (chatml, harmony, qwen3, none); "" = the arch's own
     rms_eps: float = 1e-6
     rope_freq_base: float = 1_000_000.0
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
@@ -51,9 +51,9 @@ class ModelSpec:
         return self.arch in MOE_ARCHS
 
 
-def min_vocab(arch: str) -> int:
-    """256 byte tokens plus the arch's special tokens (ChatML, or harmony for gpt-oss)."""
-    return 256 + len(specials_for(arch).tokens)
+def min_vocab(arch: str, template: str = "") -> int:
+    """256 byte tokens plus the template's special tokens (ChatML, or harmony for gpt-oss, by default)."""
+    return 256 + len(specials_for(arch, template).tokens)
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -83,7 +83,11 @@ def validate(spec: ModelSpec) -> None:
     ):
         _need(val >= 1, f"{flag} must be at least 1 (got {val})")
     _need(spec.seed >= 0, f"--seed must be >= 0 (got {spec.seed})")
-    n_min = min_vocab(spec.arch)
+    _need(
+        not spec.chat_template or spec.chat_template in TEMPLATES,
+        f"--chat-template {spec.chat_template!r} is not one of {', '.join(TEMPLATES)}",
+    )
+    n_min = min_vocab(spec.arch, spec.chat_template)
     _need(
         spec.n_vocab >= n_min,
         f"--vocab must be at least {n_min} (256 bytes + {n_min - 256} specials), got {spec.n_vocab}",

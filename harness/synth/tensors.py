@@ -180,7 +180,7 @@ def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
 
 
 def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
-    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch)).control_ids)
+    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch, spec.chat_template)).control_ids)
     d, dt = spec.n_embd, spec.dense_type
     out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]
     for il in range(spec.n_layer):

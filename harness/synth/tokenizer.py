@@ -1,7 +1,8 @@
 """Byte-level SentencePiece ("llama") vocabularies and chat templates (pure).
 
 The first ids are the chat format's special tokens: ChatML's (<unk>, <s>, </s>, <|im_start|>, <|im_end|>)
-for most archs, harmony's for gpt-oss (see HARMONY); then the 256 `<0xXX>` byte tokens, so any text tokenizes
+for most archs, harmony's for gpt-oss (see HARMONY), Qwen3's with its <think> pair (see QWEN3) when a model
+is made with that template; then the 256 `<0xXX>` byte tokens, so any text tokenizes
 (byte fallback); the rest are ordinary pieces ("▁" word starts, letters, letter pairs) that give the SPM
 merger something to merge. Control tokens get a zero output row in the weights (see plan.py), so greedy
 decoding never ends early on EOS.
@@ -17,6 +18,7 @@ from itertools import product
 TYPE_NORMAL = 1
 TYPE_UNKNOWN = 2
 TYPE_CONTROL = 3
+TYPE_USER_DEFINED = 4
 TYPE_BYTE = 6
 
 UNK_ID, BOS_ID, EOS_ID, IM_START_ID, IM_END_ID = 0, 1, 2, 3, 4
@@ -53,6 +55,50 @@ HARMONY_TEMPLATE = (
     "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}"
+)
+
+# A Qwen3-style template, written from the public description of its behaviour: ChatML turns
+# (<|im_start|>{role}\n{content}<|im_end|>\n), a leading system message, assistant turns in the history keep only
+# the text after their </think> (the reasoning of the turn after the last user message stays, inside
+# <think>\n...\n</think>\n\n), and the generation prompt <|im_start|>assistant\n, followed, when the caller passes
+# enable_thinking=false, by an empty think block <think>\n\n</think>\n\n so the model answers without reasoning.
+# llama_chat_apply_template recognises it by <|im_start|> and applies its ChatML form (no think handling).
+QWEN3_TEMPLATE = (
+    "{%- if messages and messages[0]['role'] == 'system' -%}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}"
+    "{%- if not loop.first -%}{{- raise_exception('qwen3 template: the system message must come first') -}}"
+    "{%- endif -%}"
+    "{%- elif message['role'] == 'user' -%}"
+    "{{- '<|im_start|>user\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{%- set content = message['content'] -%}"
+    "{%- set reasoning = '' -%}"
+    "{%- if '</think>' in content -%}"
+    "{%- set reasoning = content.split('</think>')[0].split('<think>')[-1].strip('\\n') -%}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
+    "{%- endif -%}"
+    "{%- if loop.index0 > ns.last_user and reasoning -%}"
+    "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n' + content + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- else -%}"
+    "{{- raise_exception('qwen3 template: unsupported role ' + message['role']) -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- endif -%}"
+    "{%- endif -%}"
 )
 
 
@@ -106,8 +152,37 @@ HARMONY = Specials(
 )
 
 
-def specials_for(arch: str) -> Specials:
-    return HARMONY if arch == "gpt-oss" else CHATML
+# Qwen3's specials (the real ids are 151643..151668): eos is <|im_end|>, no BOS, as in the published GGUFs; <think>
+# and </think> are user-defined tokens (matched whole in text, generated like any other piece), not control ones.
+QWEN3 = Specials(
+    (
+        ("<unk>", TYPE_UNKNOWN),
+        ("<|endoftext|>", TYPE_CONTROL),
+        ("<|im_start|>", TYPE_CONTROL),
+        ("<|im_end|>", TYPE_CONTROL),
+        ("<think>", TYPE_USER_DEFINED),
+        ("</think>", TYPE_USER_DEFINED),
+    ),
+    0,
+    1,
+    3,
+    False,
+    QWEN3_TEMPLATE,
+)
+
+# `make-model --chat-template NAME`: the template (and the special tokens it needs) a model carries; "none"
+# writes no tokenizer.chat_template (the vocab is the arch's default one)
+TEMPLATES: dict[str, Specials | None] = {"chatml": CHATML, "harmony": HARMONY, "qwen3": QWEN3, "none": None}
+
+
+def default_template(arch: str) -> str:
+    return "harmony" if arch == "gpt-oss" else "chatml"
+
+
+def specials_for(arch: str, template: str = "") -> Specials:
+    """The special tokens of the model's vocab: those of its template ("" = the arch's default one)."""
+    sp = TEMPLATES.get(template or default_template(arch))
+    return sp if sp is not None else TEMPLATES[default_template(arch)]  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
