@@ -51,6 +51,8 @@ def plan_cache(cfg: EngineConfig, sizes: ExpertSizes, k: int, mem: MemReading | 
         if mem is None:
             raise ValueError("plan_cache: --cache-mb auto needs a memory reading")
         plan = _auto(cfg, sizes, cycle, mem)
+        if plan.budget_bytes == 0:
+            return plan
     else:
         plan = CachePlan(cfg.cache_mb * MIB, "fixed", cycle, f"fixed {cfg.cache_mb} MiB")
     if cfg.cache_preload and plan.budget_bytes < total:
@@ -80,8 +82,12 @@ def _auto(cfg: EngineConfig, sizes: ExpertSizes, cycle: int, mem: MemReading) ->
         budget = sizes.total
         parts.append(f"capped at all experts ({sizes.total / MIB:.0f} MiB)")
     budget = max(budget, 0)
-    plan = CachePlan(budget, "auto", cycle, "; ".join(parts) + f" -> {budget / MIB:.0f} MiB")
-    if budget == 0:
-        raise UserError(f"--cache-mb auto found no memory for a cache ({plan.note}); pass --cache-mb 0 "
-                        "for no cache, or free memory")
-    return plan
+    note = "; ".join(parts) + f" -> {budget / MIB:.0f} MiB"
+    if budget == 0 or (budget < cycle and not cfg.force_cache):
+        # too little memory for a useful cache: under one token cycle a recency cache hits ~0%, and a budget
+        # squeezed into the last free memory is what drives a capped run into reclaim (the dense weights get
+        # evicted). The cache never changes the output, so auto falls back to none, and says so.
+        why_not = "no memory left for one" if budget == 0 else f"below one token cycle T = {cycle / MIB:.0f} MiB"
+        return CachePlan(0, "auto", cycle, f"{note}: {why_not}, so no expert cache (auto falls back to "
+                         "--cache-mb 0; the output is the same either way)")
+    return CachePlan(budget, "auto", cycle, note)

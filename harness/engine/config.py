@@ -87,7 +87,8 @@ class EngineConfig:
     cache_mb: int | None = opt(None, "--cache-mb", metavar="0|N|auto", parse=_cache_mb, show=_auto, lo=0,
                                stream_only=True,
                                help="expert cache budget in MiB; 0 = no cache; auto = MemAvailable (and the cgroup "
-                               "limit) at load, less the dense weights and 256 MiB headroom")
+                               "limit) at load, less the dense weights and 256 MiB headroom; none when that is "
+                               "below one token cycle")
     cache_ceil_mb: int | None = opt(None, "--cache-ceil-mb", lo=0, stream_only=True,
                                     help="ceiling for --cache-mb auto, MiB")
     force_cache: bool = opt(False, "--force-cache", stream_only=True,
