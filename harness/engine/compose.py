@@ -19,6 +19,7 @@ from harness.engine import sysstats
 from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, validate_for_model
+from harness.engine.dense import DenseWeights
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
 from harness.engine.reader import ExpertReader, SliceReader
@@ -29,6 +30,13 @@ from harness.formats.metrics_csv import MetricsWriter, Summary
 from harness.formats.route_trace import RouteTraceWriter
 
 MIB = 1048576
+
+DENSE_SAMPLE_EVERY = 1  # dense_resident_frac every N tokens (mincore costs ~0.1 ms per token on 150 MB)
+DENSE_FRAC_IS = {
+    "mmap": "mincore over the dense pages of llama.cpp's file mapping (in the page cache = resident)",
+    "warm": "mincore over the dense pages of llama.cpp's file mapping (in the page cache = resident)",
+    "anon": "mincore over the dense tensors' anonymous copies (1.0 unless swapped out)",
+}
 
 # installed by the CLI for tests only (harness.engine.faults): wraps the reader the hook reads through
 ReaderWrapper = Callable[[SliceReader, ModelLayout], ExpertReader]
@@ -51,12 +59,15 @@ class Parts:
     cache: ExpertCache | None = None
     reader: ExpertReader | None = None
     hook: StreamHook | None = None
+    dense: DenseWeights | None = None
 
     def close(self) -> None:
         if self.hook:
             self.hook.close()
         if self.reader:
             self.reader.close()
+        if self.dense:
+            self.dense.close()
 
 
 @dataclass
@@ -79,6 +90,8 @@ class Engine:
                        f"O_DIRECT {'on' if p.reader and p.reader.odirect else 'off'}")
             if p.reader and p.reader.odirect_refused:
                 out.append(f"bmoe: {p.reader.odirect_refused}")
+        if p.dense:
+            out.append(p.dense.note())
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                        "text is meaningless; timings and bytes are the point")
@@ -114,6 +127,8 @@ class Engine:
             s.extra["cache_budget_mib"] = round(p.cache.budget / MIB, 3)
             s.extra["token_cycle_mib"] = round(p.plan.cycle_bytes / MIB, 3) if p.plan else -1
             s.extra["odirect"] = int(p.reader.odirect) if p.reader else 0
+        if p.dense:
+            s.extra.update(p.dense.summary())
         s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
 
     def preamble(self) -> dict[str, object]:
@@ -138,6 +153,8 @@ class Engine:
         if cfg.route_replay:
             d["route_replay"] = os.path.abspath(cfg.route_replay)
             d["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
+        d["dense_resident_frac_is"] = DENSE_FRAC_IS[cfg.dense_weights] + (
+            f"; sampled every {DENSE_SAMPLE_EVERY} tokens, -1 in between" if DENSE_SAMPLE_EVERY > 1 else "")
         d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
         d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         d["units"] = "ms, bytes, MiB; -1 = unmeasured"
@@ -154,8 +171,12 @@ class Engine:
 def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
                   wrap_reader: ReaderWrapper | None) -> StreamHook | None:
     """Build the expert source once the model is loaded: the hook (with cache and reader when streamed,
-    with the replay when routing is replayed), or None for the resident run. Fills `parts` as it goes,
-    so that whatever was built is closed even if a later step fails."""
+    with the replay when routing is replayed, with the dense weights' anonymous copies under
+    `--dense-weights anon`), or None for the resident run. Fills `parts` as it goes, so that whatever was
+    built is closed even if a later step fails."""
+    assert parts.dense is not None
+    parts.dense.after_load()  # warm: the sweep; anon: the reads into anonymous memory
+    anon = parts.dense.anon
     replay = None
     if cfg.route_replay:
         from harness.engine.route_replay import RouteReplay
@@ -167,10 +188,10 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
                                   n_expert=layout.n_expert)
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
-    if not cfg.moe_stream and replay is None:
+    if not cfg.moe_stream and replay is None and anon is None:
         return None
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
-                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay)
+                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon)
     return parts.hook
 
 
@@ -182,13 +203,14 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
     k = cfg.n_expert_used or layout.n_expert_used
-    parts = Parts()
+    parts = Parts(dense=DenseWeights(cfg.dense_weights, layout, odirect=cfg.odirect, lanes=cfg.io_threads,
+                                     sample_every=DENSE_SAMPLE_EVERY, wrap_reader=wrap_reader))
     if cfg.moe_stream:
         mem = sysstats.memory_reading() if cfg.cache_mb is None else None
         parts.plan = plan_cache(cfg, ExpertSizes.of(layout), k, mem)
     try:
         session = Session(cfg, layout, lambda: _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter,
-                                                             wrap_reader=wrap_reader))
+                                                             wrap_reader=wrap_reader), dense=parts.dense)
     except BaseException:
         parts.close()
         raise

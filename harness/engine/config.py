@@ -29,6 +29,7 @@ from harness.engine.policies import ONLINE_DEFAULT, POLICIES, is_offline
 from harness.errors import UserError
 
 IO_THREADS_MAX = 8
+DENSE_MODES = ("mmap", "warm", "anon")
 _META = "bmoe.flag"
 
 
@@ -100,6 +101,10 @@ class EngineConfig:
                              help="active experts per token (0 = the model's own)")
     cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,
                             stream_only=True, help="eviction policy (`bmoe-bench replay` compares them)")
+    dense_weights: str = opt("mmap", "--dense-weights", metavar="MODE", choices=lambda: DENSE_MODES,
+                             help="where the dense (non-expert) weights live: mmap = llama.cpp's file mapping; "
+                             "warm = the mapping, read once at load; anon = read into anonymous memory at load, "
+                             "so page-cache pressure cannot evict them")
     chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
     temp: float = opt(0.0, "--temp", lo=0, help="sampling temperature (0 = greedy)")
     top_k: int = opt(40, "--top-k", help="top-k sampling (with --temp > 0)")
