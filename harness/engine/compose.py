@@ -19,7 +19,7 @@ from harness.engine import sysstats
 from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, validate_for_model
-from harness.engine.dense import DenseWeights
+from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
 from harness.engine.reader import ExpertReader, SliceReader
@@ -31,7 +31,6 @@ from harness.formats.route_trace import RouteTraceWriter
 
 MIB = 1048576
 
-DENSE_SAMPLE_EVERY = 1  # dense_resident_frac every N tokens (mincore costs ~0.1 ms per token on 150 MB)
 DENSE_FRAC_IS = {
     "mmap": "mincore over the dense pages of llama.cpp's file mapping (in the page cache = resident)",
     "warm": "mincore over the dense pages of llama.cpp's file mapping (in the page cache = resident)",
@@ -153,8 +152,11 @@ class Engine:
         if cfg.route_replay:
             d["route_replay"] = os.path.abspath(cfg.route_replay)
             d["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
-        d["dense_resident_frac_is"] = DENSE_FRAC_IS[cfg.dense_weights] + (
-            f"; sampled every {DENSE_SAMPLE_EVERY} tokens, -1 in between" if DENSE_SAMPLE_EVERY > 1 else "")
+        n = p.dense.sample_every if p.dense else 1
+        mode = p.dense.mode if p.dense else "mmap"
+        d["dense_weights"] = mode
+        d["dense_resident_frac_is"] = DENSE_FRAC_IS[mode] + (
+            f"; measured every {n} tokens (from the first), -1 in between" if n > 1 else "")
         d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
         d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         d["units"] = "ms, bytes, MiB; -1 = unmeasured"
@@ -203,8 +205,8 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
     k = cfg.n_expert_used or layout.n_expert_used
-    parts = Parts(dense=DenseWeights(cfg.dense_weights, layout, odirect=cfg.odirect, lanes=cfg.io_threads,
-                                     sample_every=DENSE_SAMPLE_EVERY, wrap_reader=wrap_reader))
+    parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
+                                     lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))
     if cfg.moe_stream:
         mem = sysstats.memory_reading() if cfg.cache_mb is None else None
         parts.plan = plan_cache(cfg, ExpertSizes.of(layout), k, mem)
