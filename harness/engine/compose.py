@@ -89,8 +89,9 @@ class Engine:
                        f"O_DIRECT {'on' if p.reader and p.reader.odirect else 'off'}")
             if p.reader and p.reader.odirect_refused:
                 out.append(f"bmoe: {p.reader.odirect_refused}")
-        if p.dense:
-            out.append(p.dense.note())
+        note = p.dense.note() if p.dense else None
+        if note:
+            out.append(note)
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                        "text is meaningless; timings and bytes are the point")

@@ -283,7 +283,8 @@ class DenseWeights:
                 self._probe = _Mincore(mapping_spans(self.layout))
         return self._probe.frac()
 
-    def note(self) -> str:
+    def note(self) -> str | None:
+        """A stderr line for warm and anon (mmap is llama.cpp's own behaviour: nothing to say)."""
         lay = self.layout
         mib = lay.nonexpert_bytes / 1048576
         if self.mode == "warm":
@@ -292,7 +293,7 @@ class DenseWeights:
             how = "O_DIRECT" if self.anon.reader.odirect else "buffered"
             return (f"bmoe: dense weights anon: {len(lay.dense)} tensors, {mib:.1f} MiB read ({how}) into "
                     f"anonymous memory in {self.load_s:.2f} s")
-        return f"bmoe: dense weights mmap ({mib:.1f} MiB in the file mapping)"
+        return None
 
     def summary(self) -> dict[str, object]:
         d: dict[str, object] = {"dense_load_s": round(self.load_s, 3)}
