@@ -92,6 +92,8 @@ class Engine:
         note = p.dense.note() if p.dense else None
         if note:
             out.append(note)
+        if p.hook and p.hook.front_note:
+            out.append(p.hook.front_note)
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                        "text is meaningless; timings and bytes are the point")

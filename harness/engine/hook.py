@@ -57,6 +57,7 @@ _c_vp = ctypes.c_void_p
 _c_size = ctypes.c_size_t
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
 FILTER_VERSION = 2  # cfilter.c's bmoe_filter_version(): 2 has forward_all
+STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
 
 
@@ -117,7 +118,7 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
     lib.bmoe_filter_cb.restype = ctypes.c_bool
     version = lib.bmoe_filter_version() if hasattr(lib, "bmoe_filter_version") else 1
     if forward_all and version < FILTER_VERSION:
-        return None
+        return STALE
     f = _Filter()
     f.py = ctypes.cast(py_cfunc, ctypes.c_void_p).value
     f.off_op, f.off_name = OFF_OP, OFF_NAME
@@ -169,6 +170,11 @@ class StreamHook:
         self.user_data: int | None = None
         self.front = "python"
         self._filter = load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan) if use_c_filter else None
+        self.front_note = ""
+        if self._filter == STALE:
+            self._filter = None
+            self.front_note = ("bmoe: the compiled callback front (cfilter.c) predates --dense-weights anon; using the "
+                               "pure-Python front (slower): rebuild it with pip install -e .")
         if self._filter is not None:
             lib, struct = self._filter
             self.cfunc = L.ggml_backend_sched_eval_callback(ctypes.cast(lib.bmoe_filter_cb, ctypes.c_void_p).value)
