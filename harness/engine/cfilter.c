@@ -20,11 +20,14 @@ struct bmoe_filter {
     char prefix[32];       /* e.g. "ffn_moe_topk-" */
     int64_t asks;          /* asks answered here (telemetry) */
     int64_t forwarded;     /* calls passed to Python */
+    int32_t forward_all;   /* pass every ask to Python (while the dense weights are being rebound) */
 };
+
+int bmoe_filter_version(void) { return 2; }
 
 bool bmoe_filter_cb(void *t, bool ask, void *ud) {
     struct bmoe_filter *f = (struct bmoe_filter *)ud;
-    if (ask) {
+    if (ask && !f->forward_all) {
         int32_t op = *(const int32_t *)((const char *)t + f->off_op);
         if (op == f->op_mul_mat_id) {
             f->forwarded++;

@@ -19,6 +19,7 @@ from harness.engine import sysstats
 from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, validate_for_model
+from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
 from harness.engine.reader import ExpertReader, SliceReader
@@ -29,6 +30,12 @@ from harness.formats.metrics_csv import MetricsWriter, Summary
 from harness.formats.route_trace import RouteTraceWriter
 
 MIB = 1048576
+
+DENSE_FRAC_IS = {
+    "mmap": "mincore over the dense pages of llama.cpp's file mapping (in the page cache = resident)",
+    "warm": "mincore over the dense pages of llama.cpp's file mapping (in the page cache = resident)",
+    "anon": "mincore over the dense tensors' anonymous copies (1.0 unless swapped out)",
+}
 
 # installed by the CLI for tests only (harness.engine.faults): wraps the reader the hook reads through
 ReaderWrapper = Callable[[SliceReader, ModelLayout], ExpertReader]
@@ -51,12 +58,15 @@ class Parts:
     cache: ExpertCache | None = None
     reader: ExpertReader | None = None
     hook: StreamHook | None = None
+    dense: DenseWeights | None = None
 
     def close(self) -> None:
         if self.hook:
             self.hook.close()
         if self.reader:
             self.reader.close()
+        if self.dense:
+            self.dense.close()
 
 
 @dataclass
@@ -79,6 +89,11 @@ class Engine:
                        f"O_DIRECT {'on' if p.reader and p.reader.odirect else 'off'}")
             if p.reader and p.reader.odirect_refused:
                 out.append(f"bmoe: {p.reader.odirect_refused}")
+        note = p.dense.note() if p.dense else None
+        if note:
+            out.append(note)
+        if p.hook and p.hook.front_note:
+            out.append(p.hook.front_note)
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                        "text is meaningless; timings and bytes are the point")
@@ -114,6 +129,8 @@ class Engine:
             s.extra["cache_budget_mib"] = round(p.cache.budget / MIB, 3)
             s.extra["token_cycle_mib"] = round(p.plan.cycle_bytes / MIB, 3) if p.plan else -1
             s.extra["odirect"] = int(p.reader.odirect) if p.reader else 0
+        if p.dense:
+            s.extra.update(p.dense.summary())
         s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
 
     def preamble(self) -> dict[str, object]:
@@ -140,6 +157,11 @@ class Engine:
         if cfg.route_replay:
             d["route_replay"] = os.path.abspath(cfg.route_replay)
             d["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
+        n = p.dense.sample_every if p.dense else 1
+        mode = p.dense.mode if p.dense else "mmap"
+        d["dense_weights"] = mode
+        d["dense_resident_frac_is"] = DENSE_FRAC_IS[mode] + (
+            f"; measured every {n} tokens (from the first), -1 in between" if n > 1 else "")
         d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
         d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         d["units"] = "ms, bytes, MiB; -1 = unmeasured"
@@ -156,8 +178,12 @@ class Engine:
 def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
                   wrap_reader: ReaderWrapper | None) -> StreamHook | None:
     """Build the expert source once the model is loaded: the hook (with cache and reader when streamed,
-    with the replay when routing is replayed), or None for the resident run. Fills `parts` as it goes,
-    so that whatever was built is closed even if a later step fails."""
+    with the replay when routing is replayed, with the dense weights' anonymous copies under
+    `--dense-weights anon`), or None for the resident run. Fills `parts` as it goes, so that whatever was
+    built is closed even if a later step fails."""
+    assert parts.dense is not None
+    parts.dense.after_load()  # warm: the sweep; anon: the reads into anonymous memory
+    anon = parts.dense.anon
     replay = None
     if cfg.route_replay:
         from harness.engine.route_replay import RouteReplay
@@ -169,10 +195,10 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
                                   n_expert=layout.n_expert)
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
-    if not cfg.moe_stream and replay is None:
+    if not cfg.moe_stream and replay is None and anon is None:
         return None
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
-                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay)
+                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon)
     return parts.hook
 
 
@@ -184,13 +210,14 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
     k = cfg.n_expert_used or layout.n_expert_used
-    parts = Parts()
+    parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
+                                     lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))
     if cfg.moe_stream:
         mem = sysstats.memory_reading() if cfg.cache_mb is None else None
         parts.plan = plan_cache(cfg, ExpertSizes.of(layout), k, mem)
     try:
         session = Session(cfg, layout, lambda: _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter,
-                                                             wrap_reader=wrap_reader))
+                                                             wrap_reader=wrap_reader), dense=parts.dense)
     except BaseException:
         parts.close()
         raise

@@ -29,6 +29,7 @@ from harness.engine.policies import ONLINE_DEFAULT, POLICIES, is_offline
 from harness.errors import UserError
 
 IO_THREADS_MAX = 8
+DENSE_MODES = ("mmap", "warm", "anon")  # harness.engine.dense; "auto" resolves to one of them
 _META = "bmoe.flag"
 
 
@@ -101,6 +102,12 @@ class EngineConfig:
                              help="active experts per token (0 = the model's own)")
     cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,
                             stream_only=True, help="eviction policy (`bmoe-bench replay` compares them)")
+    dense_weights: str = opt("auto", "--dense-weights", metavar="mmap|warm|anon|auto",
+                             choices=lambda: (*DENSE_MODES, "auto"),
+                             help="where the dense (non-expert) weights live: mmap = llama.cpp's file mapping; "
+                             "warm = the mapping, read once at load; anon = read into anonymous memory at load, "
+                             "so page-cache pressure cannot evict them; auto = anon with --moe-stream, mmap "
+                             "without (the plain run stays llama.cpp's own)")
     chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
     no_think: bool = opt(False, "--no-think", lossy="changes the reply: no reasoning before the answer",
                          help="suppress reasoning by the model's own chat template (harmony: final channel; "

@@ -1,11 +1,13 @@
 """Fault injection for the correctness gates: a reader wrapper, installed by the CLI only when a test asks
-(`BMOE_TEST_WRONG_EXPERT=layer,expert,wrong`, `BMOE_TEST_FAIL_AT_LAYER=N`). Production parts know
-nothing of it.
+(`BMOE_TEST_WRONG_EXPERT=layer,expert,wrong`, `BMOE_TEST_FAIL_AT_LAYER=N`, `BMOE_TEST_ZERO_DENSE=name`).
+Production parts know nothing of it.
 
 - wrong expert: every slice read of `expert` in `layer` gets `wrong`'s bytes instead (the negative control:
   the byte-identity gate must see one wrong expert);
 - fail at layer: the first read of any expert of that layer raises inside the eval callback (the gate that
-  an exception there becomes an error, never garbage output).
+  an exception there becomes an error, never garbage output);
+- zero dense: the anonymous copy of that dense tensor (`--dense-weights anon`) is zeros instead of its bytes
+  (the control that the graph really reads the copies, not llama.cpp's file mapping).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ class InjectedFault(RuntimeError):
 class Faults:
     wrong_expert: tuple[int, int, int] | None = None  # (layer, expert, wrong expert)
     fail_at_layer: int | None = None
+    zero_dense: str | None = None  # a dense tensor's name
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ) -> Faults | None:
         """The faults a test asked for through the environment; None when there are none."""
         wrong, fail = env.get("BMOE_TEST_WRONG_EXPERT"), env.get("BMOE_TEST_FAIL_AT_LAYER")
-        if not wrong and not fail:
+        zero = env.get("BMOE_TEST_ZERO_DENSE") or None
+        if not wrong and not fail and not zero:
             return None
         try:
             we = tuple(int(x) for x in wrong.split(",")) if wrong else None
@@ -44,7 +48,7 @@ class Faults:
                             "number") from None
         if we is not None and len(we) != 3:
             raise UserError(f"BMOE_TEST_WRONG_EXPERT takes layer,expert,wrong, got {wrong!r}")
-        return cls(we, fl)  # type: ignore[arg-type]
+        return cls(we, fl, zero)  # type: ignore[arg-type]
 
     def wrap(self, reader: SliceReader, layout: ModelLayout) -> FaultyReader:
         return FaultyReader(reader, layout, self)
@@ -60,6 +64,7 @@ class FaultyReader:
         self._slices: dict[tuple[Path, int], tuple[ExpertTensor, int]] = {
             (et.path, et.abs_offset + e * et.nb2): (et, e) for et in layout.experts.values() for e in range(et.n_expert)
         }
+        self._dense = {(t.path, t.abs_offset): name for name, t in layout.dense.items()}
 
     @property
     def odirect(self) -> bool:
@@ -70,6 +75,13 @@ class FaultyReader:
         return self.inner.odirect_refused
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
+        if (path, file_pos) not in self._slices:  # a dense tensor's read (--dense-weights anon)
+            if self._dense.get((path, file_pos)) != self.faults.zero_dense:
+                return self.inner.submit(path, file_pos, length, addr)
+            ctypes.memset(addr, 0, length)
+            zeroed: Future = Future()
+            zeroed.set_result((length, 0))
+            return zeroed
         et, e = self._slices[(path, file_pos)]
         if et.layer == self.faults.fail_at_layer:
             raise InjectedFault(f"test fault injected at layer {et.layer} (BMOE_TEST_FAIL_AT_LAYER)")

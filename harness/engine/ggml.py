@@ -49,6 +49,8 @@ class GgmlTensor(ctypes.Structure):
 OFF_OP = GgmlTensor.op.offset
 OFF_SRC0 = GgmlTensor.src.offset
 OFF_DATA = GgmlTensor.data.offset
+OFF_VIEW_SRC = GgmlTensor.view_src.offset
+OFF_VIEW_OFFS = GgmlTensor.view_offs.offset
 OFF_NAME = GgmlTensor.name.offset
 
 

@@ -177,6 +177,18 @@ class ExpertTensor:
     ggml_type: int
 
 
+@dataclass(frozen=True)
+class DenseTensor:
+    """A tensor that is not a streamed routed expert (attention, norms, router, embeddings, biases...)."""
+
+    name: str
+    path: Path
+    abs_offset: int
+    nbytes: int
+    shape: tuple[int, ...]
+    ggml_type: int
+
+
 @dataclass
 class ModelLayout:
     arch: str
@@ -191,6 +203,7 @@ class ModelLayout:
     dense_bytes_by_layer: dict[int, int] = field(default_factory=dict)
     nonexpert_bytes: int = 0
     chat_template: str = ""  # tokenizer.chat_template ("" when the file has none)
+    dense: dict[str, DenseTensor] = field(default_factory=dict)  # every non-expert tensor, by name
 
     @property
     def moe_layers(self) -> list[int]:
@@ -254,6 +267,7 @@ def load_layout(model: Path | str) -> ModelLayout:
                 lay.by_layer.setdefault(il, []).append(et)
             else:
                 lay.nonexpert_bytes += t.nbytes
+                lay.dense[t.name] = DenseTensor(t.name, h.path, t.abs_offset, t.nbytes, t.shape, t.ggml_type)
                 if m:
                     il = int(m.group(1))
                     lay.dense_bytes_by_layer[il] = lay.dense_bytes_by_layer.get(il, 0) + t.nbytes

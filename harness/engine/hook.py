@@ -11,6 +11,10 @@ then passed again with `ask=False`. So:
   decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
   before they start) and the evicted slices are dropped off the compute thread. Non-last expert matmuls of a layer
   (gate, up) are isolated too, so the last one's reads (down) overlap their compute.
+- with `--dense-weights anon` (a `dense.AnonDense`), every ask of the first graphs (prefill and the first
+  decode; later decodes reuse that graph) is scanned: each source that is a dense weight is rebound to its
+  anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
+  along. The C front forwards every ask while that scan lasts (`forward_all`), then only the usual ones.
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
 is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
 """
@@ -27,6 +31,7 @@ import numpy as np
 
 from harness.engine.cache import ExpertCache
 from harness.engine.ggml import (
+    GGML_MAX_SRC,
     GGML_OP_MUL_MAT_ID,
     GGML_OP_TOP_K,
     GGML_OP_VIEW,
@@ -35,6 +40,8 @@ from harness.engine.ggml import (
     OFF_NAME,
     OFF_OP,
     OFF_SRC0,
+    OFF_VIEW_OFFS,
+    OFF_VIEW_SRC,
     tensor_at,
 )
 from harness.engine.gguf_layout import ExpertTensor, ModelLayout
@@ -42,10 +49,15 @@ from harness.engine.reader import ExpertReader
 from harness.engine.vm import Reservation
 
 if TYPE_CHECKING:
+    from harness.engine.dense import AnonDense
     from harness.engine.route_replay import RouteReplay
 
 _c_int = ctypes.c_int
 _c_vp = ctypes.c_void_p
+_c_size = ctypes.c_size_t
+_Srcs = ctypes.c_void_p * GGML_MAX_SRC
+FILTER_VERSION = 2  # cfilter.c's bmoe_filter_version(): 2 has forward_all
+STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
 
 
@@ -89,11 +101,12 @@ class _Filter(ctypes.Structure):
     _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
                 ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
                 ("prefix_len", ctypes.c_int32), ("prefix", ctypes.c_char * 32), ("asks", ctypes.c_int64),
-                ("forwarded", ctypes.c_int64)]
+                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32)]
 
 
-def load_filter(py_cfunc, prefix: bytes):
-    """The compiled C front (cfilter.c), or None when it was not built (then Python answers every ask)."""
+def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
+    """The compiled C front (cfilter.c), or None when it was not built (then Python answers every ask), or
+    when `forward_all` is needed and the built library predates it."""
     import glob
     import os
 
@@ -103,12 +116,16 @@ def load_filter(py_cfunc, prefix: bytes):
         return None
     lib = ctypes.CDLL(found[0])
     lib.bmoe_filter_cb.restype = ctypes.c_bool
+    version = lib.bmoe_filter_version() if hasattr(lib, "bmoe_filter_version") else 1
+    if forward_all and version < FILTER_VERSION:
+        return STALE
     f = _Filter()
     f.py = ctypes.cast(py_cfunc, ctypes.c_void_p).value
     f.off_op, f.off_name = OFF_OP, OFF_NAME
     f.op_mul_mat_id, f.op_view, f.op_top_k = GGML_OP_MUL_MAT_ID, GGML_OP_VIEW, GGML_OP_TOP_K
     f.prefix_len = len(prefix)
     f.prefix = prefix
+    f.forward_all = int(forward_all)
     return lib, f
 
 
@@ -117,7 +134,7 @@ class StreamHook:
 
     def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
-                 replay: RouteReplay | None = None):
+                 replay: RouteReplay | None = None, dense: AnonDense | None = None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -143,13 +160,21 @@ class StreamHook:
         self._preloaded: set[int] = set()
         self._evict_due = False  # the last batch's evictions are still to be decided
         self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
+        self.dense = dense  # --dense-weights anon: rebind dense weights on first sight
+        self._dense_scan = dense is not None
+        self._dense_seen: set[int] = set()
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
         self.cfunc = self.py_cfunc
         self.user_data: int | None = None
         self.front = "python"
-        self._filter = load_filter(self.py_cfunc, self.topk_prefix) if use_c_filter else None
+        self._filter = load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan) if use_c_filter else None
+        self.front_note = ""
+        if self._filter == STALE:
+            self._filter = None
+            self.front_note = ("bmoe: the compiled callback front (cfilter.c) predates --dense-weights anon; using the "
+                               "pure-Python front (slower): rebuild it with pip install -e .")
         if self._filter is not None:
             lib, struct = self._filter
             self.cfunc = L.ggml_backend_sched_eval_callback(ctypes.cast(lib.bmoe_filter_cb, ctypes.c_void_p).value)
@@ -162,6 +187,8 @@ class StreamHook:
             return ask  # abort: the following non-ask answers False
         try:
             if ask:
+                if self._dense_scan:
+                    self._scan_dense(t)
                 op = _c_int.from_address(t + OFF_OP).value
                 if op == GGML_OP_MUL_MAT_ID:
                     if self.cache is None:
@@ -191,6 +218,34 @@ class StreamHook:
             return ask
 
     # -- pieces ---------------------------------------------------------------------------------
+    def _scan_dense(self, t: int) -> None:
+        t0 = time.perf_counter_ns()
+        seen, d = self._dense_seen, self.dense
+        assert d is not None
+        for s in _Srcs.from_address(t + OFF_SRC0):
+            if s and s not in seen:
+                seen.add(s)
+                tt = tensor_at(s)
+                new = d.bind(s, tt.name.decode("utf-8", "replace"), tuple(int(x) for x in tt.ne), int(tt.type),
+                             int(tt.data or 0))
+                if new:
+                    _c_vp.from_address(s + OFF_DATA).value = new
+        vs = _c_vp.from_address(t + OFF_VIEW_SRC).value
+        if vs:
+            new = d.rebound_view(vs, _c_size.from_address(t + OFF_VIEW_OFFS).value,
+                                 _c_vp.from_address(t + OFF_DATA).value or 0)
+            if new:
+                _c_vp.from_address(t + OFF_DATA).value = new
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _end_dense_scan(self) -> None:
+        """The graph is built and reused from here on: stop scanning, free the copies never bound."""
+        self._dense_scan = False
+        if self._filter is not None:
+            self._filter[1].forward_all = 0
+        if self.dense is not None:
+            self.dense.finish()
+
     def _bind(self, src: int) -> Bound | None:
         name = _string_at(src + OFF_NAME).decode()
         et = self.layout.experts.get(name)
@@ -245,6 +300,8 @@ class StreamHook:
         self.k_effective = k
         if self.phase == 1 and il == self._first_moe_layer:
             self.decode_index += 1
+            if self._dense_scan and self.decode_index >= 1:
+                self._end_dense_scan()
         n_exp = self.layout.n_expert
         ids = None
         if n_tok == 1 and self.replay is None and not self.record_routes:

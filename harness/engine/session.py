@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from harness.engine import sysstats
 from harness.engine.config import EngineConfig
+from harness.engine.dense import DenseWeights
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook
 from harness.engine.prompt import build_prompt
@@ -34,16 +35,18 @@ class RunResult:
 
 class Session:
     """`make_hook` is called after the model is loaded and before the context is made (the eval callback is
-    fixed per context); it returns the hook to install, or None for the plain mmap run."""
+    fixed per context); it returns the hook to install, or None for the plain mmap run. `dense` measures the
+    dense weights' resident fraction per token."""
 
     def __init__(self, cfg: EngineConfig, layout: ModelLayout,
-                 make_hook: Callable[[], StreamHook | None] = lambda: None):
+                 make_hook: Callable[[], StreamHook | None] = lambda: None, dense: DenseWeights | None = None):
         from llama_cpp import llama_cpp as L
 
         self.L = L
         self.cfg = cfg
         self.layout = layout
         self.hook: StreamHook | None = None
+        self.dense = dense
         self.result: RunResult | None = None  # set when run() has yielded its last row
         self._log: deque[str] = deque(maxlen=50)
         # from the file's header, before the slow load: a template that cannot do what was asked is refused now
@@ -248,6 +251,8 @@ class Session:
             r.read_bytes = c.read_bytes
             r.cache_hit_pct = cache.stats.hit_pct if cache.enabled else UNMEASURED
             r.cache_budget_mib = cache.budget / MIB
+        if self.dense is not None:
+            r.dense_resident_frac = self.dense.resident_frac(step)
         ps, mi = sysstats.proc_status(), sysstats.meminfo()
         r.rss_mib, r.rss_anon_mib, r.rss_file_mib, r.swap_mib = ps["VmRSS"], ps["RssAnon"], ps["RssFile"], ps["VmSwap"]
         r.mem_available_mib, r.mem_free_mib, r.swap_free_mib = mi["MemAvailable"], mi["MemFree"], mi["SwapFree"]

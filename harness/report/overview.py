@@ -130,6 +130,9 @@ def cell_row(c: CellResult, model: Model, cap_mib: float | None, folder: str) ->
         setup.append("cache preloaded")
     if streamed and cfg.get("cfg.odirect") == "False":
         setup.append("buffered reads")
+    dense = cfg.get("dense_weights")  # the effective mode (absent in folders older than the flag)
+    if dense and (streamed or dense != "mmap"):
+        setup.append(f"dense weights {dense}")
     if not _none(cfg.get("cfg.route_replay")):
         setup.append(f"routing replayed from {Path(str(cfg['cfg.route_replay'])).name}")
     if cap_mib:
