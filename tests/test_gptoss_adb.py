@@ -5,14 +5,12 @@ the report written and checked."""
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.bench_cli import main as bench_main
 from harness.formats.manifest import load_manifest, raw_file_changes
@@ -31,22 +29,6 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = REPO / "campaigns" / "gptoss.yaml"
 TOKENS = 8
-
-
-def _file_axes_without(flag: str) -> str:
-    """`axes=[...]`: the campaign file's own axes less the one varying `flag` (--set replaces a list whole)."""
-    axes = yaml.safe_load(CAMPAIGN.read_text())["axes"]
-    return "axes=" + json.dumps([a for a in axes if a.get("flag") != flag])  # JSON is YAML flow
-
-
-# The campaign's recipe flags that bmoe does not have yet (`--dense-weights`, `--no-think`: issue 9, being
-# added on other branches). Empty this list when they land on main (`NOT_YET_IN_BMOE: list[str] = []`): the test
-# then runs the file's own base flags and its dense-weights axis, and expects that axis's cell.
-NOT_YET_IN_BMOE: list[str] = [
-    "flags.--dense-weights=null",
-    "flags.--no-think=null",
-    _file_axes_without("--dense-weights"),
-]
 
 
 def _engine_wrapper(path: Path) -> Path:
@@ -81,7 +63,6 @@ def test_gptoss_campaign_over_adb_with_set_overrides(tmp_path):
         "cooldown.mem_available_min_mib=64", "cooldown.max_wait_s=10", "cooldown.poll_s=1",
         "flags.-t=2", "flags.-c=256",
         # the --cache-mb values (3000 base; 0/1500/4500) stay: a fixed budget above all experts is accepted
-        *NOT_YET_IN_BMOE,
     ]
     out = tmp_path / "bd"
     assert bench_main(["run", str(CAMPAIGN), "--out", str(out), *[a for s in sets for a in ("--set", s)]]) == 0
@@ -95,7 +76,7 @@ def test_gptoss_campaign_over_adb_with_set_overrides(tmp_path):
     cells = {c.index: c for c in m.campaign.cells}
     assert [c.label for c in cells.values()] == [
         "base", "--cache-mb=0", "--cache-mb=1500", "--cache-mb=4500", "--n-expert-used=2",
-        "--io-threads=1", "--io-threads=2", "--io-threads=8", *([] if NOT_YET_IN_BMOE else ["--dense-weights=mmap"])]
+        "--io-threads=1", "--io-threads=2", "--io-threads=8", "--dense-weights=mmap"]
     assert len(m.runs) == len(cells)
 
     rendered = f"<|start|>user<|message|>{m.campaign.prompt}<|end|><|start|>assistant"  # llama.cpp's harmony
@@ -114,10 +95,12 @@ def test_gptoss_campaign_over_adb_with_set_overrides(tmp_path):
                "--io-threads": mt.meta["cfg.io_threads"]}
         assert got == {k: str(want[k]) for k in got}, r.run_id
         assert mt.meta["cfg.chatml"] == "True" and mt.meta["cfg.n_predict"] == str(TOKENS)
-        # the harmony chat template was applied on the device: the prompt is the rendered one (--no-think
-        # renders it otherwise; then it is only known to be wrapped)
-        n_prompt = int(mt.summary()["n_prompt"])
-        assert n_prompt == n_chat != n_raw if "flags.--no-think=null" in NOT_YET_IN_BMOE else n_prompt > n_raw
+        # the original's recipe ran on the device: the harmony template with reasoning suppressed (the
+        # assistant turn prefilled into the final channel: longer than llama.cpp's plain harmony form), and
+        # the dense weights in anonymous memory except in the one cell that varies them
+        assert mt.meta["cfg.no_think"] == "True" and "harmony final channel" in mt.meta["no_think"]
+        assert int(mt.summary()["n_prompt"]) > n_chat > n_raw
+        assert mt.meta["dense_weights"] == cells[r.cell].varied.get("--dense-weights", "anon")
 
     assert raw_file_changes(folder, m) == []
     assert (folder / "findings.md").is_file() and check_report(folder) == []
