@@ -68,6 +68,8 @@ def run(argv: list[str]) -> int:
         if res.k_effective is not None:
             sys.stderr.write(f"bmoe: effective experts per token k={res.k_effective} (read from the graph)\n")
         sys.stderr.write(res.summary.human() + "\n")
+        for line in engine.warnings():
+            sys.stderr.write(line + "\n")
     finally:
         engine.close()
     return 0

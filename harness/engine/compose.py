@@ -22,6 +22,7 @@ from harness.engine.config import EngineConfig, validate_for_model
 from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
+from harness.engine.pressure import Pressure
 from harness.engine.reader import ExpertReader, SliceReader
 from harness.engine.session import RunResult, Session
 from harness.engine.sinks import CsvSink, RouteTraceSink, Sink, TextSink
@@ -77,6 +78,7 @@ class Engine:
     session: Session
     parts: Parts
     sinks: list[Sink] = field(default_factory=list)
+    pressure: Pressure | None = None  # the last run's memory-pressure totals
 
     def notes(self) -> list[str]:
         """What the run is about to do, for stderr."""
@@ -104,9 +106,11 @@ class Engine:
         (the CLI checks for Ctrl-C there). Returns the result with the complete summary."""
         sess = self.session
         rows = sess.run()
+        self.pressure = Pressure()
         try:
             for row in rows:
                 between_tokens()
+                self.pressure.add(row)
                 text = sess.piece(row.token_id).decode("utf-8", "replace")
                 for s in self.sinks:
                     s.row(row, text)
@@ -118,6 +122,12 @@ class Engine:
         for s in self.sinks:
             s.finish(res.summary)
         return res
+
+    def warnings(self) -> list[str]:
+        """One-line warnings about the run just made (a reclaim storm), for stderr."""
+        p = self.parts
+        w = self.pressure.warning(p.dense.mode if p.dense else "mmap", self.cfg.moe_stream) if self.pressure else None
+        return [w] if w else []
 
     def _complete(self, s: Summary) -> None:
         p = self.parts
@@ -163,6 +173,7 @@ class Engine:
         d["dense_resident_frac_is"] = DENSE_FRAC_IS[mode] + (
             f"; measured every {n} tokens (from the first), -1 in between" if n > 1 else "")
         d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
+        d["mem_stall_ms_is"] = self.session.psi_source
         d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         d["units"] = "ms, bytes, MiB; -1 = unmeasured"
         return d

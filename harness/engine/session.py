@@ -48,6 +48,7 @@ class Session:
         self.hook: StreamHook | None = None
         self.dense = dense
         self.result: RunResult | None = None  # set when run() has yielded its last row
+        self.psi_path, self.psi_source = sysstats.psi_memory_path()  # mem_stall_ms per token
         self._log: deque[str] = deque(maxlen=50)
         # from the file's header, before the slow load: a template that cannot do what was asked is refused now
         self.prompt = build_prompt(cfg.model, layout.chat_template, cfg.prompt, chatml=cfg.chatml,
@@ -201,6 +202,8 @@ class Session:
                 hook.phase = 1
             majflt0, cpu0 = sysstats.rusage()
             io0 = sysstats.proc_io_read_bytes()
+            psi_path = self.psi_path
+            psi0 = sysstats.psi_some_us(psi_path) if psi_path else -1
             tok = L.llama_sampler_sample(smpl, self.ctx, -1)
             s.ttft_s = time.perf_counter() - t0
             t_loop = time.perf_counter()
@@ -221,6 +224,11 @@ class Session:
                 row.majflt_mib = round((majflt - majflt0) * 4096 / MIB, 3)
                 row.cpu_ms = (cpu - cpu0) * 1e3
                 majflt0, cpu0 = majflt, cpu
+                if psi_path is not None:
+                    psi = sysstats.psi_some_us(psi_path)
+                    if psi >= 0 and psi0 >= 0:
+                        row.mem_stall_ms = (psi - psi0) / 1e3
+                    psi0 = psi
                 if cache is None:
                     io = sysstats.proc_io_read_bytes()
                     row.read_bytes = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED

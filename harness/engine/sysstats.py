@@ -91,3 +91,32 @@ def memory_reading() -> MemReading:
     """MemAvailable, the memory cgroup's limit and this process's RssAnon (read only under a limit)."""
     lim, _use = cgroup_memory()
     return MemReading(meminfo()["MemAvailable"], lim, proc_status()["RssAnon"] if lim is not None else 0.0)
+
+
+def psi_memory_path() -> tuple[Path | None, str]:
+    """Where this process's memory pressure (PSI) is read: its cgroup's memory.pressure (cgroup v2), else
+    the system's /proc/pressure/memory; (None, why) when neither is readable."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrl, path = line.split(":", 2)
+            if ctrl == "":
+                p = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.pressure"
+                if psi_some_us(p) >= 0:
+                    return p, f"cgroup PSI ({p})"
+    except (OSError, ValueError):
+        pass
+    p = Path("/proc/pressure/memory")
+    if psi_some_us(p) >= 0:
+        return p, "system-wide PSI (/proc/pressure/memory: other processes' stalls count too)"
+    return None, "unmeasured: no PSI here (kernel without CONFIG_PSI, or psi=0)"
+
+
+def psi_some_us(path: Path) -> int:
+    """The `some` line's total stall time in microseconds, or -1 when unreadable."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1

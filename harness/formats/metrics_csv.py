@@ -55,6 +55,7 @@ class TokenRow:
     swap_free_mib: float = UNMEASURED
     loop_overhead_ms: float = UNMEASURED
     token_id: int = UNMEASURED
+    mem_stall_ms: float = UNMEASURED  # memory-pressure stall (PSI `some`) during the token; source in preamble
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]
