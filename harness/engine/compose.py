@@ -127,6 +127,7 @@ class Engine:
             "mode": "stream" if cfg.moe_stream else "mmap",
         }
         d.update({f"cfg.{k}": v for k, v in cfg.resolved().items()})
+        d.update(self.session.load.preamble())
         if p.plan:
             d.update({"cache_budget_bytes": p.plan.budget_bytes, "cache_mode": p.plan.mode,
                       "cache_policy_active": p.cache.policy.name if p.cache else "",

@@ -100,6 +100,9 @@ class EngineConfig:
                              help="active experts per token (0 = the model's own)")
     cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,
                             stream_only=True, help="eviction policy (`bmoe-bench replay` compares them)")
+    load_populate: bool = opt(False, "--load-populate",
+                              help="read the whole model file at load, as llama.cpp does (MAP_POPULATE); by default "
+                                   "bmoe's mmap shim maps it unpopulated, so a load reads only what is used")
     chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
     temp: float = opt(0.0, "--temp", lo=0, help="sampling temperature (0 = greedy)")
     top_k: int = opt(40, "--top-k", help="top-k sampling (with --temp > 0)")
