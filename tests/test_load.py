@@ -1,6 +1,6 @@
 """Loading without reading the whole model: the mmap shim (harness/engine/lazymap.c) keeps llama.cpp from
 populating the model file's mapping, so a load reads at most the dense bytes + 5% from storage, and the
-output is the same token for token as with llama.cpp's own populating load (`--load-populate`).
+output is the same token for token as with llama.cpp's own populating load (`--load-populate on`).
 
 Bytes are measured, not timed: /proc/self/io read_bytes across the load, after the file's pages were
 dropped from the page cache (posix_fadvise DONTNEED), as the engine writes it in `load_read_bytes`."""
@@ -133,8 +133,8 @@ def test_load_reads_at_most_dense_bytes_and_output_is_unchanged(wide_model, tmp_
         pytest.skip("/proc/self/io does not count reads in this environment")
     size = wide_model.stat().st_size
     for mode in ([], ["--moe-stream", "--cache-mb", "0"]):
-        full = _cold(wide_model, *mode, "--load-populate", tmp=tmp_path)
-        lazy = _cold(wide_model, *mode, tmp=tmp_path)
+        full = _cold(wide_model, *mode, "--load-populate", "on", tmp=tmp_path)
+        lazy = _cold(wide_model, *mode, "--load-populate", "off", tmp=tmp_path)
         dense = int(lazy.preamble["dense_bytes"])
         assert dense < 0.05 * size  # the model is mostly experts, so the bound below means something
         assert full.preamble["load_populate"] == "1" and int(full.preamble["load_read_bytes"]) >= 0.95 * size

@@ -54,6 +54,7 @@ def run(argv: list[str]) -> int:
 
         print(list_archs_text())
         return 0
+    from harness.engine import lazymap
     from harness.engine.compose import open_engine
     from harness.engine.faults import Faults
 
@@ -64,7 +65,7 @@ def run(argv: list[str]) -> int:
         for line in engine.notes():
             sys.stderr.write(line + "\n")
         load = engine.session.load
-        if load.mode.populate and not cfg.load_populate:
+        if load.mode.populate and not lazymap.wants_populate(cfg.load_populate, cfg.moe_stream):
             sys.stderr.write(f"bmoe: the load read the whole model file: {load.mode.note}\n")
         interrupt.check()  # a Ctrl-C during the load
         res = engine.run(between_tokens=interrupt.check)
@@ -87,7 +88,8 @@ def _reexec_with_shim(argv: list[str]) -> None:
         cfg = parse_cli(argv)
     except UserError:
         return  # run() reports it
-    if cfg.load_populate or cfg.version or cfg.list_archs or lazymap.preloaded():
+    if cfg.version or cfg.list_archs or lazymap.wants_populate(cfg.load_populate, cfg.moe_stream) \
+            or lazymap.preloaded():
         return
     env = lazymap.reexec_env(os.environ)
     if env is None:

@@ -100,9 +100,10 @@ class EngineConfig:
                              help="active experts per token (0 = the model's own)")
     cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,
                             stream_only=True, help="eviction policy (`bmoe-bench replay` compares them)")
-    load_populate: bool = opt(False, "--load-populate",
-                              help="read the whole model file at load, as llama.cpp does (MAP_POPULATE); by default "
-                                   "bmoe's mmap shim maps it unpopulated, so a load reads only what is used")
+    load_populate: str = opt("auto", "--load-populate", metavar="auto|on|off", choices=lambda: ("auto", "on", "off"),
+                             help="on: read the whole model file at load, as llama.cpp does (MAP_POPULATE); off: "
+                                  "bmoe's mmap shim maps it unpopulated, so the load reads only what is used; "
+                                  "auto: off when streamed, on for the plain mmap run")
     chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
     temp: float = opt(0.0, "--temp", lo=0, help="sampling temperature (0 = greedy)")
     top_k: int = opt(40, "--top-k", help="top-k sampling (with --temp > 0)")

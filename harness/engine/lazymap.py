@@ -94,6 +94,13 @@ def stats() -> tuple[int, int] | None:
     return maps.value, skipped.value
 
 
+def wants_populate(load_populate: str, streamed: bool) -> bool:
+    """`--load-populate auto|on|off`: auto keeps llama.cpp's populating load for the plain mmap run (the
+    baseline stays llama.cpp's own), and drops it when experts are streamed (they never go through the
+    mapping, so reading them at load is pure waste)."""
+    return load_populate == "on" or (load_populate == "auto" and not streamed)
+
+
 @dataclass(frozen=True)
 class LoadMode:
     """How the model was mapped, for the CSV: `populate` is what happened, `note` why."""
@@ -109,7 +116,7 @@ def unpopulated(paths: list[Path], want_populate: bool) -> Iterator[list[LoadMod
     out: list[LoadMode] = []
     if want_populate:
         yield out
-        out.append(LoadMode(True, "--load-populate: llama.cpp's MAP_POPULATE"))
+        out.append(LoadMode(True, "--load-populate (on, or auto without --moe-stream): llama.cpp's MAP_POPULATE"))
         return
     if shim_path() is None:
         yield out

@@ -104,7 +104,8 @@ class Session:
             self._kv = arr  # must stay alive during load
             mp.kv_overrides = ctypes.cast(arr, ctypes.POINTER(L.llama_model_kv_override))
         io0, t0 = sysstats.proc_io_read_bytes(), time.perf_counter()
-        with lazymap.unpopulated(list(self.layout.shards), self.cfg.load_populate) as mode:
+        with lazymap.unpopulated(list(self.layout.shards),
+                                 lazymap.wants_populate(self.cfg.load_populate, self.cfg.moe_stream)) as mode:
             self.model = L.llama_model_load_from_file(str(self.layout.shards[0]).encode(), mp)
         io1 = sysstats.proc_io_read_bytes()
         self.load = LoadFacts(io1 - io0 if io0 >= 0 and io1 >= 0 else UNMEASURED, time.perf_counter() - t0, mode[0])
