@@ -93,6 +93,7 @@ class Session:
         mp.load_mode = 1  # LLAMA_LOAD_MODE_MMAP
         mp.lazy_mode = 0  # LLAMA_LAZY_MODE_OFF: expert tensors must be plain CPU tensors we can rebind
         mp.use_extra_bufts = False  # repacked Q4_0/Q4_K layouts would break rebinding (non-finite logits)
+        mp.check_tensors = False  # validation would read every tensor, experts included, through the mapping
         mp.n_gpu_layers = 0
         self._kv = None
         if self.cfg.n_expert_used:
