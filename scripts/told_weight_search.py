@@ -6,7 +6,7 @@ run-long use rate in advance) on the qwen trace at 2000 MiB, then scores the bes
 and 4000 MiB. The fit is in-sample (weights chosen on the trace they are scored on), which flatters
 the bound. Run from the repository root:
 
-    .venv/bin/python scripts/told_weight_search.py ../shared/data/route-traces/qwen.route.csv OUT.csv
+    .venv/bin/python scripts/told_weight_search.py data/route-traces/qwen.route.csv OUT.csv
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""ExpertCache accounting (DESIGN.md section 4) independent of any policy's cleverness."""
+"""ExpertCache accounting (one lookup per unique expert per batch, eviction after the batch, the token-cycle
+guard) independent of any policy's cleverness."""
 
 from __future__ import annotations
 

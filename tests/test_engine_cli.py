@@ -12,7 +12,7 @@ from engine_helpers import BMOE, bmoe
 
 from harness.formats.metrics_csv import COLUMNS, read_metrics
 from harness.synth import ModelSpec, make_model
-from harness.synth.spec import MIN_VOCAB
+from harness.synth.spec import min_vocab
 
 pytestmark = pytest.mark.engine
 
@@ -57,7 +57,7 @@ def test_mmap_baseline_marks_stream_only_columns_unmeasured(model, tmp_path):
 def test_bug_byte_level_vocab_needs_more_tokens_than_bytes_plus_16(tmp_path):
     """A vocabulary without a "▁" piece spells each space as three byte tokens, so this prompt needs
     more tokens than the len(bytes)+16 buffer once given; llama_tokenize's request for more is honoured."""
-    spec = ModelSpec(expert_type="q8_0", seed=22, n_vocab=MIN_VOCAB)  # the 256 byte tokens and 5 specials only
+    spec = ModelSpec(expert_type="q8_0", seed=22, n_vocab=min_vocab("qwen3moe"))  # bytes + specials only
     bytes_model = make_model(tmp_path / "bytes.gguf", spec)[0]
     prompt = "Streaming experts into memory one layer at a time."
     res = bmoe(bytes_model, n=4, tmp=tmp_path, prompt=prompt)

@@ -19,13 +19,12 @@ from harness.report.collect import load_campaign_data
 from harness.report.findings import AUTHOR_BEGIN, AUTHOR_END
 from harness.report.results import compute_results
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "route-traces"
+SHARED = Path(__file__).resolve().parents[1] / "data" / "route-traces"
 COLS = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms,majflt,cpu_ms"
 
 
 # ---- CSV reader ------------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data/route-traces not present")
 @pytest.mark.parametrize("name,tokens,tok_s,hit", [("qwen", 128, 5.657, 74.88), ("gptoss", 64, 0.503, 32.41)])
 def test_reads_the_cpp_engines_csv_and_agrees_with_its_own_summary(name, tokens, tok_s, hit):
     m = read_metrics(SHARED / f"{name}.metrics")

@@ -61,7 +61,7 @@ def replay_report_cmd(
     out: Path = typer.Option(..., "--out", help="Report directory (created): findings.md, PNGs, CSV."),
     policies: str = typer.Option("all", help="Comma list of policies, or 'all'."),
     steps: int = typer.Option(40, help="Budgets in each trace's fine grid (T/4 .. 1.1 x working set)."),
-    goal_trace: str = typer.Option("qwen", help="Trace the gap-closing goal is judged on."),
+    goal_trace: str | None = typer.Option(None, help="Trace the gap-closing goal is judged on (default: the first)."),
 ) -> None:
     """Write a committed-style replay report: every policy over a fine budget grid per trace."""
     pols = parse_policies(policies)
@@ -72,6 +72,7 @@ def replay_report_cmd(
         raise UserError(f"--steps {steps}: give at least 2")
     loaded = [load_trace(p) for p in traces]
     _unique_names(loaded)
+    goal_trace = goal_trace or loaded[0].name
     if goal_trace not in {t.name for t in loaded}:
         raise UserError(f"--goal-trace {goal_trace!r}: not among the traces ({', '.join(t.name for t in loaded)})")
     out.mkdir(parents=True, exist_ok=True)

@@ -73,8 +73,9 @@ class _Told(MarkovDuel):
         self._pos += 1
 
     def _close(self) -> None:
-        if self._open >= 0 and self._batch and self._token >= 0:
-            self._done[self._open] += 1
+        m = self._model
+        if m.open >= 0 and m.batch and self._token >= 0:
+            self._done[m.open] += 1
         super()._close()
 
     def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:

@@ -1,4 +1,8 @@
-"""Write findings.md for a replay report from the grid's results (pure: returns the text)."""
+"""Write findings.md for a replay report from the grid's results (pure: returns the text).
+
+Only generic, data-driven text: what was replayed, the numbers, how the replay measures. A study's own
+reading of them (its goal's origin, what it refutes, how far its traces generalise) belongs in the
+folder's author notes, which a regeneration keeps verbatim."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from harness.engine.policies import ONLINE_DEFAULT
-from harness.replay.bounds import BOUNDS, TOLD_WHAT
+from harness.replay.bounds import BOUNDS, NEXT_TOKEN_BONUS, TOLD_WHAT
 from harness.replay.report import KEY_BUDGETS_MIB, Comparison, compare, offline
 from harness.replay.simulate import MIB, ReplayResult
 from harness.replay.trace import RouteTrace
@@ -43,7 +47,7 @@ def findings_md(
     command: str,
     figures: dict[str, str],
     csv_name: str,
-    goal_trace: str = "qwen",
+    goal_trace: str,
     previous: str | None = None,
     bounds: Sequence[ReplayResult] = (),
     bounds_csv: str = "bounds.csv",
@@ -85,21 +89,16 @@ def findings_md(
             f"smallest margin over LRU where eviction matters is {w.policy - w.lru:+.2f} points (at "
             f"{w.budget_mib:g} MiB).{below_txt}{gain_txt} "
         )
+    budgets = ", ".join(str(b) for b in KEY_BUDGETS_MIB)
     if goal_met:
-        L.append(f"\n\nGoal of issue 4 **met**: >= half the gap at {', '.join(str(b) for b in KEY_BUDGETS_MIB)} "
-                 f"MiB on {goal_trace} and never below LRU on either trace.\n")
+        L.append(f"\n\nGoal **met**: >= half the gap at {budgets} MiB on {goal_trace} and never below LRU on "
+                 "any trace.\n")
     else:
-        L.append(
-            f"\n\nGoal of issue 4 (>= half the gap at {', '.join(str(b) for b in KEY_BUDGETS_MIB)} MiB on "
-            f"{goal_trace}, never below LRU) **not met**"
-            + (" (it never loses to LRU, but closes less than half the gap)." if best_never else ".")
-            + " Against the C++ study's \"no online policy recovers more than ~5 points\": under T, LRU's "
-            "0% is an artefact of evicting the layer about to run, and a phase-aware policy keeps hitting; "
-            "above T the gain over LRU is real but a fraction of Belady's (see the numbers above).\n"
-        )
+        L.append(f"\n\nGoal (>= half the gap at {budgets} MiB on {goal_trace}, never below LRU) **not met**"
+                 + (" (it never loses to LRU, but closes less than half the gap).\n" if best_never else ".\n"))
     if bounds:
         L.append(_bounds_verdict(results, bounds, goal_trace))
-    L.append(f"\nEngine default (`ONLINE_DEFAULT` in harness/engine/policies.py): `{ONLINE_DEFAULT}`.\n")
+    L.append(f"\nEngine default (`ONLINE_DEFAULT` in harness/engine/policies/): `{ONLINE_DEFAULT}`.\n")
     L.append("\nOnline policies ranked (never below LRU on every trace and budget, then mean share of the "
              f"gap closed on {goal_trace} at the key budgets):\n")
     for pol, never, g in ranked:
@@ -147,28 +146,21 @@ def findings_md(
     L.append("## How it was measured\n")
     L.append(
         "The replay drives the engine's own `ExpertCache` (harness/engine/cache.py) with the engine's "
-        "own policy objects (harness/engine/policies.py): one lookup per unique expert per layer batch, a "
+        "own policy objects (harness/engine/policies/): one lookup per unique expert per layer batch, a "
         "duplicate only promotes, a miss costs its layer's expert bytes, eviction after the batch never "
         "evicts the batch. Prefill rows are grouped into one batch per layer (every prompt token's experts "
         "in routing order), decode rows into one batch per (token, layer). Hit % is cumulative over "
         "prefill and decode lookups, as the engine prints it; MiB/token is decode expert bytes read per "
         "decode token (the engine's `moe-stream` figure less its O_DIRECT page padding). Belady is "
-        "farthest-next-use, given the whole lookup sequence (offline only); sizes differ between "
-        "layers on qwen (2.65 vs 3.06 MB), where farthest-next-use is the standard rule, not a proven "
-        "optimum.\n"
+        f"farthest-next-use, given the whole lookup sequence (offline only); {_belady_caveat(traces)}\n"
     )
     L.append("## What this does not show\n")
     L.append(
         "- Hits and bytes, not tokens per second: no I/O queueing, no overlap with compute, no policy "
         "CPU cost (the aged policies and markov-duel compare one number per layer on each eviction; "
         "aged-markov and markov-duel also do a few numpy passes over a layer's experts per layer batch).\n"
-        "- Two traces, one prompt each, recorded on one phone; the own policies' few constants (frequency "
-        "weight, decay, predictor weight and smoothing; markov-duel's feature weights and its candidate "
-        "aging rates) were chosen by looking at these same traces, so "
-        "the margins are in-sample (they move little across a range of constants, but that is not an "
-        "out-of-sample test). Longer generations and other prompts may rank policies differently.\n"
-        "- No prefetching: Belady here is the best *demand* cache; a predictor that reads ahead can do "
-        "better than this bound on stalls, not on bytes.\n"
+        "- No prefetching: Belady here is a *demand* cache (the best one where sizes are equal); a predictor "
+        "that reads ahead can do better than this bound on stalls, not on bytes.\n"
         "- Cold start: each replay starts empty, like one engine process per run.\n"
     )
     L.append("## Reproduce\n")
@@ -176,6 +168,18 @@ def findings_md(
     L.append(f"Raw results: `{csv_name}` (columns trace,policy,budget_mib,hit_pct,mib_per_token).\n")
     L += ["## Author's notes\n", AUTHOR_BEGIN, author_section(previous), AUTHOR_END, ""]
     return "\n".join(L)
+
+
+def _belady_caveat(traces: Sequence[RouteTrace]) -> str:
+    """Where Belady is the optimum (a trace whose experts all have one size) and where it is not."""
+    mixed = [t for t in traces if len(set(t.expert_bytes)) > 1]
+    if not mixed:
+        return "every trace's experts have one size, where farthest-next-use is the optimum."
+    sizes = "; ".join(
+        f"{t.name} ({' vs '.join(f'{b / 1e6:.2f}' for b in sorted(set(t.expert_bytes)))} MB)" for t in mixed
+    )
+    return f"sizes differ between layers on {sizes}, where farthest-next-use is the standard rule, not a proven " \
+        "optimum."
 
 
 def _gaps(results: Sequence[ReplayResult], bounds: Sequence[ReplayResult], policy: str,
@@ -229,8 +233,8 @@ def _bounds_section(traces: Sequence[RouteTrace], results: Sequence[ReplayResult
     L.append("")
     L.append(
         f"Raw: `{bounds_csv}` (same columns as the replay CSV). The bounds use markov-duel's hand-set weights; "
-        "a different machinery told the same facts could do better (see the author notes for an in-sample "
-        "weight search). Told the next token's routing, the bonus (+8, log2 units) puts every entry the next "
-        "token uses above every other entry of its layer.\n"
+        "a different machinery told the same facts could do better. Told the next token's routing, the bonus "
+        f"({NEXT_TOKEN_BONUS:+g}, log2 units) puts every entry the next token uses above every other entry of "
+        "its layer.\n"
     )
     return L

@@ -14,7 +14,7 @@ from harness.replay.simulate import MIB, ReplayResult, replay
 from harness.replay.trace import RouteTrace
 
 CSV_COLUMNS = ["trace", "policy", "budget_mib", "hit_pct", "mib_per_token"]
-KEY_BUDGETS_MIB = [2000, 3000, 4000]  # the goal's budgets (issue 4)
+KEY_BUDGETS_MIB = [2000, 3000, 4000]  # the budgets the gap-closing goal is judged at
 
 
 def parse_policies(text: str) -> list[str]:

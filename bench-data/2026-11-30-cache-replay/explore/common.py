@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-TRACES = REPO.parent / 'shared' / 'data' / 'route-traces'
+TRACES = REPO / 'data' / 'route-traces'
 sys.path[:0] = [str(REPO), str(HERE)]
 from harness.replay.trace import load_trace
 from harness.replay.simulate import replay

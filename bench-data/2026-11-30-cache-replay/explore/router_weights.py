@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-TRACES = REPO.parent / 'shared' / 'data' / 'route-traces'
+TRACES = REPO / 'data' / 'route-traces'
 sys.path[:0] = [str(REPO), str(HERE)]
 rows=[l.split(',') for l in open(TRACES / 'qwen.route.csv') if not l.startswith('#') and not l.startswith('turn')]
 dec=[(int(r[2]),int(r[3]),int(r[5]),float(r[6])) for r in rows if r[1]=='1']

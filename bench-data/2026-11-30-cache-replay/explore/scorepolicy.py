@@ -1,7 +1,8 @@
 import sys, math; sys.path[:0] = [str(__import__('pathlib').Path(__file__).resolve().parents[2]), str(__import__('pathlib').Path(__file__).resolve().parent)]
 import numpy as np
 from common import tr, MIB
-from harness.engine.policies import Policy, _LazyMinHeap
+from harness.engine.policies import Policy
+from harness.engine.policies.heaps import LazyMinHeap as _LazyMinHeap
 from harness.replay.simulate import replay
 
 def usage(t):

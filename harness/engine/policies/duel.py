@@ -1,0 +1,132 @@
+"""`markov-duel`: next-token use prediction per entry, its aging rate picked online by duelling (own
+design)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from harness.engine.policies.base import Key, Policy
+from harness.engine.policies.heaps import LayerHeaps
+from harness.engine.policies.markov import MarkovModel, use_rate
+
+
+class MarkovDuel(Policy):
+    """Next-token use prediction per entry, with its aging rate picked online by duelling.
+
+    After each batch of layer L every expert b of L gets a score (a log-odds-like estimate that b is
+    used at L's next run), from fixed weights over: used now; log2(1 + tokens since last use); log2 of
+    b's smoothed use rate q(b) (prefill tokens count); the Markov ratio log2(P(b | now) / q(b)) of
+    MarkovModel (the one `aged-markov` uses) - less `age` x tokens since last use. How fast stale
+    entries should lose value differs between models and prompts, so several `ages` are scored side by
+    side: each predicts L's next batch as its top `slots` experts (slots = budget / sum of per-layer
+    expert bytes, the entries one layer gets on average) and counts the hits; the candidate with the
+    most (slowly decayed) hits sets the scores. The victim is the lowest-scored unprotected entry, less
+    `phase` x (layer steps until its layer runs again) / n_layer (so a tie goes to the layer that runs
+    last, as in `aged`). Per layer batch: a few numpy passes over the layer's experts and a re-push of
+    its resident entries; `victim` compares one cached head per layer.
+
+    Two seams let the informed bounds of the replay (harness/replay/bounds.py) tell it part of the
+    future: `_rate` (the use rate q) and `_adjust` (the scores after a batch).
+    """
+
+    name = "markov-duel"
+    # bias, used now, log2(1 + tokens since last use), log2 q, Markov log-ratio
+    WEIGHTS = (-3.0, 2.0, -0.5, 1.0, 1.0)
+
+    def __init__(self, ages: Sequence[float] = (0.0, 0.05, 0.15, 0.4), phase: float = 1.0,
+                 m: float = 4.0, score_decay: float = 0.999) -> None:
+        self.ages = np.asarray(ages, dtype=np.float64)
+        self.phase, self.m, self.score_decay = phase, m, score_decay
+        self._w = np.asarray(self.WEIGHTS, dtype=np.float64)
+        self._duel = np.zeros(len(self.ages))  # each candidate's decayed prediction hits
+        self._slots = 1.0
+        self._cur = 0
+        self._model = MarkovModel(0, m)
+        self._heaps = LayerHeaps(0)
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        n = len(expert_bytes)
+        self._slots = budget_bytes / max(1, sum(expert_bytes))
+        self._model = MarkovModel(n, self.m)
+        self._pred: list[np.ndarray | None] = [None] * n  # each candidate's scores for the next batch
+        self._score: list[np.ndarray | None] = [None] * n  # the chosen candidate's
+        self._res: list[set[int]] = [set() for _ in range(n)]
+        self._heaps = LayerHeaps(n)
+        self._zero = [0.0] * n  # no per-layer term in the victim rule
+
+    def on_batch(self, layer: int, now: int) -> None:
+        self._close()
+        self._cur = layer
+        self._model.start(layer)
+
+    def _duel_step(self, layer: int, batch: list[int]) -> None:
+        """Score each candidate's prediction for this decode batch (its top `slots` experts)."""
+        pred = self._pred[layer]
+        if pred is None:
+            return
+        n0 = pred.shape[1]
+        k = int(min(max(1, round(self._slots)), n0 - 1))
+        top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
+        used = np.zeros(n0, bool)
+        used[[e for e in batch if e < n0]] = True
+        self._duel = self.score_decay * self._duel + used[top].sum(1)
+
+    def _close(self) -> None:
+        model = self._model
+        closed = model.close()
+        if closed is None:
+            return
+        layer, batch, ntok = closed
+        prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
+        if not prefill:
+            self._duel_step(layer, batch)
+        tok = model.tokens[layer]
+        q = self._rate(layer, model.occ[layer], tok, len(batch))
+        w = self._w
+        since = np.minimum(tok - model.last[layer], 1e4)
+        base = w[0] + w[2] * np.log2(1.0 + np.minimum(since, 63.0)) + w[3] * np.log2(q)
+        if not prefill:
+            base[batch] += w[1]
+        lr = model.log_ratio(layer, q)
+        if lr is not None:
+            base += w[4] * lr
+        cands = base[None, :] - self.ages[:, None] * since[None, :]
+        self._pred[layer] = cands
+        score = self._adjust(layer, cands[int(np.argmax(self._duel))])
+        self._score[layer] = score
+        for e in self._res[layer]:
+            self._heaps.push((layer, e), float(score[e]))
+
+    def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
+        """q(b) for `layer` after its batch (occ: uses so far, tok: tokens so far, k: the batch's
+        size); online, `use_rate`."""
+        return use_rate(occ, tok, k)
+
+    def _adjust(self, layer: int, score: np.ndarray) -> np.ndarray:
+        """The scores `layer`'s resident entries get after its batch; online, unchanged."""
+        return score
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._model.see(key)
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._res[key[0]].add(key[1])
+        self._model.see(key)
+        if key[0] != self._model.open:  # a preload (outside any batch): the layer's current score, else 0
+            score = self._score[key[0]]
+            s = float(score[key[1]]) if score is not None and key[1] < score.shape[0] else 0.0
+            self._heaps.push(key, s)
+
+    def on_promote(self, key: Key, now: int) -> None:
+        self._model.promote(key)
+
+    def on_evict(self, key: Key) -> None:
+        self._res[key[0]].discard(key[1])
+        self._heaps.discard(key)
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        if self._model.open >= 0:
+            self._close()
+        return self._heaps.victim(self._cur, protected, self._zero, self.phase)

@@ -1,0 +1,104 @@
+"""The online routing model behind `aged-markov` and `markov-duel`: per layer, what the layer's batches
+so far say about which experts its next batch will use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.engine.policies.base import Key
+
+
+def use_rate(occ: np.ndarray, tokens: float, k: int) -> np.ndarray:
+    """q(b): each expert's smoothed use rate (uses / tokens, prefill tokens counted) over the experts
+    seen so far (len(occ) of them); k is the current batch's size."""
+    return (occ + 0.5) / (tokens + 0.5 * occ.shape[0] / k)
+
+
+class MarkovModel:
+    """Learnt online from one layer batch at a time, per layer: each expert's uses (a prompt token's
+    use is a use), the tokens seen, the token of each expert's last use, and transition counts a -> b
+    between consecutive decode batches (a used at one token, b at the next). Arrays grow on demand up
+    to the highest expert seen (float32 counts: exact up to 2**24).
+
+    A batch is collected while the cache looks it up (`start`, `see`, `promote`) and learnt when it
+    closes (`close`). A batch where an expert occurs more than once is a prefill batch (the union of
+    the prompt tokens' experts): it counts as that many tokens and breaks the transition chain."""
+
+    def __init__(self, n_layer: int, m: float) -> None:
+        self.m = m  # pseudo-counts smoothing P(b | a) toward q(b)
+        f32 = np.float32
+        self.tr = [np.zeros((0, 0), f32) for _ in range(n_layer)]  # transition counts a -> b
+        self.src = [np.zeros(0, f32) for _ in range(n_layer)]  # times a was followed by a decode batch
+        self.occ = [np.zeros(0, f32) for _ in range(n_layer)]  # uses (prefill tokens included)
+        self.last = [np.zeros(0) for _ in range(n_layer)]  # token (per layer) of the last use
+        self.tokens = [0.0] * n_layer
+        self.prev: list[list[int] | None] = [None] * n_layer  # the last decode batch (None after prefill)
+        self.open = -1  # layer whose batch is being looked up (-1: none)
+        self.batch: list[int] = []  # its experts, in lookup order
+        self.batch_occ: dict[int, int] = {}  # their occurrences (prefill: one per prompt token)
+
+    def _grow(self, layer: int, e: int) -> None:
+        size = self.src[layer].shape[0]
+        if e < size:
+            return
+        new = max(e + 1, 2 * size, 8)
+        d = new - size
+        self.tr[layer] = np.pad(self.tr[layer], ((0, d), (0, d)))
+        self.src[layer] = np.pad(self.src[layer], (0, d))
+        self.occ[layer] = np.pad(self.occ[layer], (0, d))
+        self.last[layer] = np.pad(self.last[layer], (0, d), constant_values=-1e9)
+
+    def start(self, layer: int) -> None:
+        """A batch of `layer` begins (the previous one must be closed first)."""
+        self.open = layer
+
+    def see(self, key: Key) -> None:
+        """A lookup (hit or insert); one outside the open batch (a preload) only sizes the arrays."""
+        self._grow(*key)
+        if key[0] == self.open:
+            self.batch.append(key[1])
+            self.batch_occ[key[1]] = 1
+
+    def promote(self, key: Key) -> None:
+        """A duplicate in the open batch: one more prompt token routed to the expert."""
+        if key[0] == self.open:
+            self.batch_occ[key[1]] = self.batch_occ.get(key[1], 1) + 1
+
+    def close(self) -> tuple[int, list[int], int] | None:
+        """Learn the open batch: (layer, its experts, the tokens it counts as), or None when there
+        was none (or it was empty)."""
+        layer, batch, batch_occ = self.open, self.batch, self.batch_occ
+        self.open, self.batch, self.batch_occ = -1, [], {}
+        if layer < 0 or not batch:
+            return None
+        occ = self.occ[layer]
+        for e, c in batch_occ.items():
+            occ[e] += c
+        ntok = max(batch_occ.values())
+        tok = self.tokens[layer] + ntok
+        self.tokens[layer] = tok
+        self.last[layer][batch] = tok
+        if ntok > 1:  # prefill: no transitions
+            self.prev[layer] = None
+        else:
+            prev = self.prev[layer]
+            if prev is not None:
+                for a in prev:
+                    self.tr[layer][a, batch] += 1
+                self.src[layer][prev] += 1
+            self.prev[layer] = batch
+        return layer, batch, ntok
+
+    def rate(self, layer: int, k: int) -> np.ndarray:
+        """q(b) for `layer` (see `use_rate`)."""
+        return use_rate(self.occ[layer], self.tokens[layer], k)
+
+    def log_ratio(self, layer: int, q: np.ndarray) -> np.ndarray | None:
+        """log2(P(b | last batch) / q(b)) for each expert b of `layer`: P is the mean over the last
+        decode batch's experts a of P(b | a), smoothed toward q with `m` pseudo-counts. None after a
+        prefill batch (no last decode batch)."""
+        prev = self.prev[layer]
+        if prev is None:
+            return None
+        p = ((self.tr[layer][prev] + self.m * q) / (self.src[layer][prev][:, None] + self.m)).mean(0)
+        return np.log2(p / q)

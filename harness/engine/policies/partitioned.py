@@ -1,0 +1,115 @@
+"""Per-layer budget partitions: every layer gets the same number of entries' worth of bytes, with LRU
+(`layer`) or LFU (`layer-lfu`) inside each layer."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from harness.engine.policies.base import Key, Policy
+from harness.engine.policies.heaps import LazyMinHeap
+
+
+class _Partitioned(Policy):
+    """A per-layer budget partition: every layer gets the same number of entries' worth of bytes
+    (budget x expert_bytes[L] / sum of expert bytes). The victim comes from the layer most over its
+    share that has an unprotected entry; within the layer the subclass picks (`_pick`)."""
+
+    def __init__(self) -> None:
+        self._quota: list[float] = []
+        self._eb: list[int] = []
+        self._res: list[int] = []  # resident bytes per layer
+        self._n: list[int] = []  # resident entries per layer
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        total = sum(expert_bytes) or 1
+        self._eb = list(expert_bytes)
+        self._quota = [budget_bytes * b / total for b in expert_bytes]
+        self._res = [0] * len(expert_bytes)
+        self._n = [0] * len(expert_bytes)
+
+    def _add(self, key: Key) -> None:
+        self._res[key[0]] += self._eb[key[0]]
+        self._n[key[0]] += 1
+
+    def on_evict(self, key: Key) -> None:
+        self._res[key[0]] -= self._eb[key[0]]
+        self._n[key[0]] -= 1
+        self._drop(key)
+
+    def victim(self, protected: set[Key]) -> Key | None:
+        prot_layers: dict[int, int] = {}
+        for layer, _ in protected:
+            prot_layers[layer] = prot_layers.get(layer, 0) + 1
+        best, best_over = -1, -math.inf
+        for layer, q in enumerate(self._quota):
+            if self._n[layer] > prot_layers.get(layer, 0):
+                over = self._res[layer] - q
+                if over > best_over:
+                    best, best_over = layer, over
+        return None if best < 0 else self._pick(best, protected)
+
+    def _drop(self, key: Key) -> None:
+        raise NotImplementedError
+
+    def _pick(self, layer: int, protected: set[Key]) -> Key | None:
+        raise NotImplementedError
+
+
+class LayerLRU(_Partitioned):
+    """Per-layer budget partition, LRU inside each layer."""
+
+    name = "layer"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._order: dict[int, OrderedDict[Key, None]] = {}
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._order[key[0]].move_to_end(key)
+
+    on_promote = on_hit
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._add(key)
+        self._order.setdefault(key[0], OrderedDict())[key] = None
+
+    def _drop(self, key: Key) -> None:
+        self._order[key[0]].pop(key, None)
+
+    def _pick(self, layer: int, protected: set[Key]) -> Key | None:
+        for k in self._order[layer]:
+            if k not in protected:
+                return k
+        return None
+
+
+class LayerLFU(_Partitioned):
+    """Per-layer budget partition, LFU (run-long counts, LRU ties) inside each layer."""
+
+    name = "layer-lfu"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._count: dict[Key, int] = {}
+        self._heaps: dict[int, LazyMinHeap] = {}
+
+    def _touch(self, key: Key, now: int) -> None:
+        c = self._count.get(key, 0) + 1
+        self._count[key] = c
+        self._heaps.setdefault(key[0], LazyMinHeap()).set(key, c, now)
+
+    def on_hit(self, key: Key, now: int) -> None:
+        self._touch(key, now)
+
+    def on_insert(self, key: Key, now: int) -> None:
+        self._add(key)
+        self._touch(key, now)
+
+    def _drop(self, key: Key) -> None:
+        self._heaps[key[0]].discard(key)
+
+    def _pick(self, layer: int, protected: set[Key]) -> Key | None:
+        top = self._heaps[layer].peek(protected)
+        return top[1] if top else None
