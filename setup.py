@@ -1,6 +1,8 @@
-"""Builds the optional C front of the eval callback (harness/engine/cfilter.c) as a plain shared object
-loaded with ctypes. Everything else is in pyproject.toml. If the compiler is missing, the build of
-this optional part is skipped and the engine uses its pure-Python callback (it says which in its CSV)."""
+"""Builds the two optional C helpers as plain shared objects: the C front of the eval callback
+(harness/engine/cfilter.c, loaded with ctypes) and the mmap shim that lets a load skip MAP_POPULATE
+(harness/engine/lazymap.c, preloaded by the `bmoe` command). Everything else is in pyproject.toml. If the
+compiler is missing, these optional parts are skipped: the engine then uses its pure-Python callback and
+loads as llama.cpp does, and says which in its CSV."""
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -11,13 +13,13 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as e:  # noqa: BLE001
-            print(f"bmoe: C callback filter not built ({e}); the pure-Python callback will be used")
+            print(f"bmoe: optional C helper not built ({e}); the engine falls back (pure-Python callback, or a populating load)")
 
     def build_extension(self, ext) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:  # noqa: BLE001
-            print(f"bmoe: C callback filter not built ({e}); the pure-Python callback will be used")
+            print(f"bmoe: optional C helper not built ({e}); the engine falls back (pure-Python callback, or a populating load)")
 
     def get_export_symbols(self, ext):  # a ctypes library, not a Python module: no PyInit_ symbol
         return []
@@ -25,6 +27,8 @@ class OptionalBuildExt(build_ext):
 
 setup(
     ext_modules=[Extension("harness.engine._cfilter", ["harness/engine/cfilter.c"], extra_compile_args=["-O2"],
-                           optional=True)],
+                           optional=True),
+                 Extension("harness.engine._lazymap", ["harness/engine/lazymap.c"], extra_compile_args=["-O2"],
+                           libraries=["dl"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -54,6 +54,7 @@ def run(argv: list[str]) -> int:
 
         print(list_archs_text())
         return 0
+    from harness.engine import lazymap
     from harness.engine.compose import open_engine
     from harness.engine.faults import Faults
 
@@ -63,6 +64,9 @@ def run(argv: list[str]) -> int:
     try:
         for line in engine.notes():
             sys.stderr.write(line + "\n")
+        load = engine.session.load
+        if load.mode.populate and not lazymap.wants_populate(cfg.load_populate, cfg.moe_stream):
+            sys.stderr.write(f"bmoe: the load read the whole model file: {load.mode.note}\n")
         interrupt.check()  # a Ctrl-C during the load
         res = engine.run(between_tokens=interrupt.check)
         if res.k_effective is not None:
@@ -75,8 +79,35 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+def _reexec_with_shim(argv: list[str]) -> None:
+    """Re-execute this command once with the mmap shim preloaded (harness.engine.lazymap), so that the load
+    reads only what is used; returns when that is not needed or not possible (the load then populates)."""
+    from harness.engine import lazymap
+    from harness.engine.config import parse_cli
+
+    lazymap.restore_preload_env()
+    try:
+        cfg = parse_cli(argv)
+    except UserError:
+        return  # run() reports it
+    if cfg.version or cfg.list_archs or lazymap.wants_populate(cfg.load_populate, cfg.moe_stream) \
+            or lazymap.preloaded():
+        return
+    env = lazymap.reexec_env(os.environ)
+    if env is None:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    except OSError as e:
+        sys.stderr.write(f"bmoe: could not re-execute with the mmap shim ({e.strerror}); loading as llama.cpp does\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:
+        argv = sys.argv[1:]
+        _reexec_with_shim(argv)
     try:
         return run(argv)
     except UserError as e:

@@ -156,6 +156,7 @@ class Engine:
         d.update({f"cfg.{k}": v for k, v in cfg.resolved().items()})
         if self.session.prompt.no_think:
             d["no_think"] = self.session.prompt.no_think
+        d.update(self.session.load.preamble())
         if p.plan:
             d.update({"cache_budget_bytes": p.plan.budget_bytes, "cache_mode": p.plan.mode,
                       "cache_policy_active": p.cache.policy.name if p.cache else "",

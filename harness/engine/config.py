@@ -108,6 +108,10 @@ class EngineConfig:
                              "warm = the mapping, read once at load; anon = read into anonymous memory at load, "
                              "so page-cache pressure cannot evict them; auto = anon with --moe-stream, mmap "
                              "without (the plain run stays llama.cpp's own)")
+    load_populate: str = opt("auto", "--load-populate", metavar="auto|on|off", choices=lambda: ("auto", "on", "off"),
+                             help="on: read the whole model file at load, as llama.cpp does (MAP_POPULATE); off: "
+                                  "bmoe's mmap shim maps it unpopulated, so the load reads only what is used; "
+                                  "auto: off when streamed, on for the plain mmap run")
     chatml: bool = opt(False, "--chatml", help="wrap the prompt in the model's own chat template")
     no_think: bool = opt(False, "--no-think", lossy="changes the reply: no reasoning before the answer",
                          help="suppress reasoning by the model's own chat template (harmony: final channel; "

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from harness.engine import sysstats
+from harness.engine import lazymap, sysstats
 from harness.engine.config import EngineConfig
 from harness.engine.dense import DenseWeights
 from harness.engine.gguf_layout import ModelLayout
@@ -31,6 +31,20 @@ class RunResult:
     tokens: list[int] = field(default_factory=list)
     summary: Summary = field(default_factory=Summary)
     k_effective: int | None = None
+
+
+@dataclass(frozen=True)
+class LoadFacts:
+    """What `llama_model_load_from_file` cost: bytes this process read from storage meanwhile (/proc/self/io
+    read_bytes; page-cache hits are not reads; -1 where unreadable), its wall time, and how the file was mapped."""
+
+    read_bytes: int
+    seconds: float
+    mode: lazymap.LoadMode
+
+    def preamble(self) -> dict[str, object]:
+        return {"load_read_bytes": self.read_bytes, "load_model_ms": round(self.seconds * 1e3, 3),
+                "load_populate": int(self.mode.populate), "load_populate_note": self.mode.note}
 
 
 class Session:
@@ -87,6 +101,7 @@ class Session:
         mp.load_mode = 1  # LLAMA_LOAD_MODE_MMAP
         mp.lazy_mode = 0  # LLAMA_LAZY_MODE_OFF: expert tensors must be plain CPU tensors we can rebind
         mp.use_extra_bufts = False  # repacked Q4_0/Q4_K layouts would break rebinding (non-finite logits)
+        mp.check_tensors = False  # validation would read every tensor, experts included, through the mapping
         mp.n_gpu_layers = 0
         self._kv = None
         if self.cfg.n_expert_used:
@@ -97,7 +112,12 @@ class Session:
             arr[1].key = b""
             self._kv = arr  # must stay alive during load
             mp.kv_overrides = ctypes.cast(arr, ctypes.POINTER(L.llama_model_kv_override))
-        self.model = L.llama_model_load_from_file(str(self.layout.shards[0]).encode(), mp)
+        io0, t0 = sysstats.proc_io_read_bytes(), time.perf_counter()
+        with lazymap.unpopulated(list(self.layout.shards),
+                                 lazymap.wants_populate(self.cfg.load_populate, self.cfg.moe_stream)) as mode:
+            self.model = L.llama_model_load_from_file(str(self.layout.shards[0]).encode(), mp)
+        io1 = sysstats.proc_io_read_bytes()
+        self.load = LoadFacts(io1 - io0 if io0 >= 0 and io1 >= 0 else UNMEASURED, time.perf_counter() - t0, mode[0])
         if not self.model:
             raise EngineError(f"llama.cpp could not load {self.cfg.model}: {self.last_log()}")
         self.vocab = L.llama_model_get_vocab(self.model)
@@ -183,6 +203,8 @@ class Session:
         res = RunResult()
         s = res.summary
         s.load_s = self.load_s
+        s.extra["load_read_mib"] = round(self.load.read_bytes / MIB, 3) if self.load.read_bytes >= 0 else UNMEASURED
+        s.extra["load_populate"] = int(self.load.mode.populate)
         prompt = self.tokenize(self.prompt_text())
         if len(prompt) + cfg.n_predict > cfg.ctx:
             raise UserError(f"prompt ({len(prompt)} tokens) + -n {cfg.n_predict} exceeds the context -c {cfg.ctx}; "
@@ -193,8 +215,11 @@ class Session:
             t0 = time.perf_counter()
             if hook:
                 hook.phase = 0
+            io_p = sysstats.proc_io_read_bytes()
             self._decode(prompt)
             s.prefill_s = time.perf_counter() - t0
+            io_q = sysstats.proc_io_read_bytes()
+            s.extra["prefill_io_read_mib"] = round((io_q - io_p) / MIB, 3) if io_p >= 0 and io_q >= 0 else UNMEASURED
             s.n_prompt = len(prompt)
             if hook:
                 c = hook.take_counters()

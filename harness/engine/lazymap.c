@@ -1,0 +1,112 @@
+/* bmoe's optional mmap shim, loaded with LD_PRELOAD (the `bmoe` command re-executes itself once with it).
+ *
+ * llama.cpp maps a model file with MAP_POPULATE and then posix_madvise(WILLNEED)s the whole mapping, so a
+ * load reads every byte of the file, routed experts included, though the streamed engine never touches
+ * them through that mapping. This shim clears MAP_POPULATE, and drops the WILLNEED advice, for mappings
+ * of the files named in the environment variable BMOE_LAZY_MAP ("dev:ino[,dev:ino...]", decimal st_dev and
+ * st_ino, set by the engine just before the load). Every other mapping, and every process that does not
+ * set the variable, is passed through unchanged. Pages are then read when first touched, which changes
+ * when bytes are read, never which bytes a tensor holds.
+ *
+ * bmoe_lazymap_stats() reports what it did, so the engine can say in its CSV whether the shim acted. */
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+typedef int (*madvise_fn)(void *, size_t, int);
+
+#define MAX_RANGES 256
+static uintptr_t range_beg[MAX_RANGES], range_end[MAX_RANGES];
+static long n_ranges;           /* mappings made without MAP_POPULATE */
+static long n_advice_skipped;   /* WILLNEED advice dropped inside them */
+
+static int is_model_fd(int fd) {
+    const char *want = getenv("BMOE_LAZY_MAP");
+    struct stat st;
+    if (!want || !*want || fd < 0 || fstat(fd, &st) != 0) {
+        return 0;
+    }
+    const char *p = want;
+    while (*p) {
+        char *end;
+        unsigned long long dev = strtoull(p, &end, 10);
+        if (*end != ':') {
+            return 0;
+        }
+        unsigned long long ino = strtoull(end + 1, &end, 10);
+        if ((dev_t) dev == st.st_dev && (ino_t) ino == st.st_ino) {
+            return 1;
+        }
+        if (*end != ',') {
+            return 0;
+        }
+        p = end + 1;
+    }
+    return 0;
+}
+
+static void *lazy_map(mmap_fn real, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    if (!(flags & MAP_POPULATE) || (flags & MAP_ANONYMOUS) || !is_model_fd(fd)) {
+        return real(addr, len, prot, flags, fd, off);
+    }
+    void *p = real(addr, len, prot, flags & ~MAP_POPULATE, fd, off);
+    if (p != MAP_FAILED) {
+        long i = __atomic_fetch_add(&n_ranges, 1, __ATOMIC_SEQ_CST);
+        if (i < MAX_RANGES) {
+            range_beg[i] = (uintptr_t) p;
+            range_end[i] = (uintptr_t) p + len;
+        }
+    }
+    return p;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    static mmap_fn real;
+    if (!real) {
+        real = (mmap_fn) dlsym(RTLD_NEXT, "mmap");
+    }
+    return lazy_map(real, addr, len, prot, flags, fd, off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    static mmap_fn real;
+    if (!real) {
+        real = (mmap_fn) dlsym(RTLD_NEXT, "mmap64");
+    }
+    return lazy_map(real, addr, len, prot, flags, fd, off);
+}
+
+static int in_lazy_range(void *addr, size_t len) {
+    long n = __atomic_load_n(&n_ranges, __ATOMIC_SEQ_CST);
+    uintptr_t b = (uintptr_t) addr, e = b + len;
+    for (long i = 0; i < n && i < MAX_RANGES; i++) {
+        if (b >= range_beg[i] && e <= range_end[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int posix_madvise(void *addr, size_t len, int advice) {
+    static madvise_fn real;
+    if (advice == POSIX_MADV_WILLNEED && in_lazy_range(addr, len)) {
+        __atomic_fetch_add(&n_advice_skipped, 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    if (!real) {
+        real = (madvise_fn) dlsym(RTLD_NEXT, "posix_madvise");
+    }
+    return real(addr, len, advice);
+}
+
+void bmoe_lazymap_stats(long *maps, long *advice_skipped) {
+    *maps = __atomic_load_n(&n_ranges, __ATOMIC_SEQ_CST);
+    *advice_skipped = __atomic_load_n(&n_advice_skipped, __ATOMIC_SEQ_CST);
+}
