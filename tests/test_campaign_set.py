@@ -11,25 +11,13 @@ from io import StringIO
 import pytest
 from rich.console import Console
 from runner_helpers import BENCH, campaign, quiet
+from test_campaign_schema import GOOD
 
 from harness.campaigns.overrides import parse_value
 from harness.campaigns.runner import plan_record, run_campaign
 from harness.campaigns.validate import plan_campaign
 from harness.campaigns.yamlsrc import CampaignError
 from harness.formats.manifest import load_manifest, plan_hash, save_manifest
-
-GOOD = """\
-name: t
-model: {recipe: {n_layer: 2}}
-target: {kind: local, mem_cap_mib: 512}
-flags: {-t: 2, --moe-stream: true}
-axes:
-  - flag: --cache-mb
-    values: [0, 64]
-repeats: 2
-tokens: 8
-warmup_tokens: 2
-"""
 
 
 @pytest.fixture

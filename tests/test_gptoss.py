@@ -14,6 +14,7 @@ from gguf import GGUFReader
 from gguf.constants import GGMLQuantizationType as QT
 from gguf.quants import dequantize
 from test_engine_gates import _stream, resident  # noqa: F401  (resident: its fixture, over this module's `models`)
+from test_synth_llama import greedy
 
 from harness.bench_cli import main as bench_main
 from harness.engine.gguf_layout import load_layout
@@ -165,29 +166,18 @@ def test_harmony_template_renders_through_llama_cpp_pythons_jinja_handler() -> N
 # -- through llama.cpp -------------------------------------------------------------------------------------------
 
 
-def _greedy(path: Path, n: int, prompt: bytes = b"The quick brown fox jumps over the lazy dog.") -> list[int]:
-    import llama_cpp
-
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=256, verbose=False)
-    out: list[int] = []
-    for tok in llm.generate(llm.tokenize(prompt), temp=0.0, top_k=1):
-        out.append(tok)
-        if len(out) == n:
-            break
-    llm.close()
-    return out
 
 
 @pytest.mark.engine
 def test_loads_generates_varied_text_and_its_sliding_window_matters(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     (path,) = make_model(tmp_path / "g.gguf", TINY)
-    toks = _greedy(path, 48)
+    toks = greedy(path, 48, n_ctx=256)
     assert len(toks) == 48 and len(set(toks)) >= 16 and max(toks.count(t) for t in toks) <= 12, toks
     assert not set(toks) & set(range(len(HARMONY.tokens))), "a special token was generated"
     # same weights, window 8 instead of 128: once the sequence is past 8 tokens the even layers see less
     (narrow,) = make_model(tmp_path / "w8.gguf", dataclasses.replace(TINY, n_swa=8))
-    assert _greedy(narrow, 48) != toks
+    assert greedy(narrow, 48, n_ctx=256) != toks
 
 
 @pytest.mark.engine

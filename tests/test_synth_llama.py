@@ -20,8 +20,8 @@ pytestmark = pytest.mark.engine
 PROMPT = b"The quick brown fox jumps over the lazy dog."
 
 
-def greedy(path: Path, n: int = 16, prompt: bytes = PROMPT) -> list[int]:
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, verbose=False)
+def greedy(path: Path, n: int = 16, prompt: bytes = PROMPT, n_ctx: int = 128) -> list[int]:
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, verbose=False)
     out: list[int] = []
     for tok in llm.generate(llm.tokenize(prompt), temp=0.0, top_k=1):
         out.append(tok)
