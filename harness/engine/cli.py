@@ -58,6 +58,11 @@ def run(argv: list[str]) -> int:
     from harness.engine.compose import open_engine
     from harness.engine.faults import Faults
 
+    items = None
+    if cfg.prompts_file:  # read before the slow load: a bad file is refused at once
+        from harness.formats.replies import read_prompts
+
+        items = read_prompts(cfg.prompts_file)
     faults = Faults.from_env(os.environ)  # the correctness gates' fault injection; None in real use
     use_c = os.environ.get("BMOE_HOOK", "c") != "python"  # BMOE_HOOK=python: measure the pure-Python front
     engine = open_engine(cfg, sys.stdout, use_c_filter=use_c, wrap_reader=faults.wrap if faults else None)
@@ -68,7 +73,10 @@ def run(argv: list[str]) -> int:
         if load.mode.populate and not lazymap.wants_populate(cfg.load_populate, cfg.moe_stream):
             sys.stderr.write(f"bmoe: the load read the whole model file: {load.mode.note}\n")
         interrupt.check()  # a Ctrl-C during the load
-        res = engine.run(between_tokens=interrupt.check)
+        if cfg.prompts_file:
+            res = _run_prompts(engine, cfg, items, interrupt)
+        else:
+            res = engine.run(between_tokens=interrupt.check)
         if res.k_effective is not None:
             sys.stderr.write(f"bmoe: effective experts per token k={res.k_effective} (read from the graph)\n")
         sys.stderr.write(res.summary.human() + "\n")
@@ -77,6 +85,20 @@ def run(argv: list[str]) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _run_prompts(engine, cfg, items, interrupt: _Interrupt):
+    """--prompts-file: every prompt answered in this process; the last turn's result for the summary line."""
+    from harness.formats.replies import RepliesWriter
+
+    replies = RepliesWriter(cfg.replies) if cfg.replies else None
+    try:
+        results = engine.run_prompts(items, replies, between_tokens=interrupt.check)
+    finally:
+        if replies is not None:
+            replies.close()
+    sys.stderr.write(f"bmoe: answered {len(results)} prompts from {cfg.prompts_file} in one process\n")
+    return results[-1]
 
 
 def _reexec_with_shim(argv: list[str]) -> None:

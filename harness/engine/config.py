@@ -124,6 +124,13 @@ class EngineConfig:
                           help="write the per-token bmoe_metrics v2 CSV here (its preamble: the full resolved "
                           "configuration)")
     progress: bool = opt(False, "--progress", help="print BMOE_PROGRESS {json} lines per token on stdout")
+    prompts_file: str | None = opt(None, "--prompts-file", metavar="PATH",
+                                   help="answer every prompt of a bmoe-prompts v1 file (JSON lines) in this one "
+                                   "process, greedy: each prompt is one CSV turn, the KV cache cleared between "
+                                   "prompts, the model and the expert cache kept; -p is then not used")
+    replies: str | None = opt(None, "--replies", metavar="PATH",
+                              help="with --prompts-file: write each reply (id, prompt as sent, reply, tokens, "
+                              "times) here as bmoe-replies v1 JSON lines")
     route_trace: str | None = opt(None, "--route-trace", metavar="PATH", stream_only=True,
                                   help="write the route_trace v1 file of every routing decision here")
     route_replay: str | None = opt(None, "--route-replay", metavar="TRACE",
@@ -264,8 +271,21 @@ def _no_think_needs_chatml(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _prompts_file_rules(cfg: EngineConfig) -> str | None:
+    if cfg.replies is not None and cfg.prompts_file is None:
+        return "bmoe: --replies records the answers of a --prompts-file run: add --prompts-file PATH"
+    if cfg.prompts_file is None:
+        return None
+    if cfg.temp > 0:
+        return "bmoe: --prompts-file runs are greedy (every prompt answered as a fresh greedy run): drop --temp"
+    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay")):
+        if getattr(cfg, name) is not None:
+            return f"bmoe: {flag} records or replays one generation; it cannot be combined with --prompts-file"
+    return None
+
+
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
-                                                             _no_think_needs_chatml)
+                                                             _no_think_needs_chatml, _prompts_file_rules)
 
 
 def validate(cfg: EngineConfig) -> None:

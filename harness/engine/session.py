@@ -31,6 +31,8 @@ class RunResult:
     tokens: list[int] = field(default_factory=list)
     summary: Summary = field(default_factory=Summary)
     k_effective: int | None = None
+    eog: bool = False  # the model ended the generation (else -n was reached)
+    prompt_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,16 @@ class Session:
     def prompt_text(self) -> str:
         return self.prompt.text
 
+    def build(self, text: str) -> str:
+        """Another prompt as it would be sent (chat template, --no-think), for a --prompts-file turn."""
+        cfg = self.cfg
+        return build_prompt(cfg.model, self.layout.chat_template, text, chatml=cfg.chatml,
+                            no_think=cfg.no_think).text
+
+    def clear_memory(self) -> None:
+        """Forget the previous generation (the KV cache), keeping the model, the context and the hook."""
+        self.L.llama_memory_clear(self.L.llama_get_memory(self.ctx), True)
+
     def tokenize(self, text: str) -> list[int]:
         L = self.L
         raw = text.encode()
@@ -195,9 +207,10 @@ class Session:
             raise EngineError(f"llama_decode returned {rc}: {self.last_log()}")
 
     # -- the run ---------------------------------------------------------------------------------------
-    def run(self) -> Iterator[TokenRow]:
-        """Prefill, then decode up to -n tokens, yielding each token's row; `self.result` holds the summary
-        once the last row has been yielded."""
+    def run(self, text: str | None = None, turn: int = 0) -> Iterator[TokenRow]:
+        """Prefill (`text` as sent, default the -p prompt), then decode up to -n tokens, yielding each
+        token's row (its `turn` as given); `self.result` holds the summary once the last row has been
+        yielded. A second generation needs `clear_memory()` first."""
         cfg, hook = self.cfg, self.hook
         cache = hook.cache if hook else None
         res = RunResult()
@@ -205,7 +218,8 @@ class Session:
         s.load_s = self.load_s
         s.extra["load_read_mib"] = round(self.load.read_bytes / MIB, 3) if self.load.read_bytes >= 0 else UNMEASURED
         s.extra["load_populate"] = int(self.load.mode.populate)
-        prompt = self.tokenize(self.prompt_text())
+        prompt = self.tokenize(self.prompt_text() if text is None else text)
+        res.prompt_tokens = prompt
         if len(prompt) + cfg.n_predict > cfg.ctx:
             raise UserError(f"prompt ({len(prompt)} tokens) + -n {cfg.n_predict} exceeds the context -c {cfg.ctx}; "
                             "raise -c or lower -n")
@@ -234,6 +248,7 @@ class Session:
             t_loop = time.perf_counter()
             for step in range(1, cfg.n_predict + 1):
                 if L.llama_vocab_is_eog(self.vocab, tok):
+                    res.eog = True
                     break
                 res.tokens.append(tok)
                 loop_ms = (time.perf_counter() - t_loop) * 1e3
@@ -243,7 +258,7 @@ class Session:
                 t_loop = time.perf_counter()  # from here to the next decode: rows, consumers, sampling
                 s.decode_s += wall
                 s.n_decode += 1
-                row = self._row(step, wall, loop_ms, tok)
+                row = self._row(step, wall, loop_ms, tok, turn)
                 majflt, cpu = sysstats.rusage()
                 row.majflt = majflt - majflt0
                 row.majflt_mib = round((majflt - majflt0) * 4096 / MIB, 3)
@@ -271,10 +286,10 @@ class Session:
             s.extra["k_effective"] = hook.k_effective
         self.result = res
 
-    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int) -> TokenRow:
+    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int, turn: int = 0) -> TokenRow:
         cfg, hook = self.cfg, self.hook
         cache = hook.cache if hook else None
-        r = TokenRow(step=step, steps=cfg.n_predict, wall_ms=wall_s * 1e3, turn=0, loop_overhead_ms=loop_ms,
+        r = TokenRow(step=step, steps=cfg.n_predict, wall_ms=wall_s * 1e3, turn=turn, loop_overhead_ms=loop_ms,
                      token_id=tok)
         if hook and cache is not None:
             c = hook.take_counters()
