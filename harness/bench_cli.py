@@ -17,6 +17,7 @@ COMMAND_MODULES: list[str] = [
     "devices",
     "campaign",
     "replay",
+    "quality",
 ]
 
 app = typer.Typer(

@@ -23,6 +23,7 @@ from rich.console import Console
 from harness.campaigns import store
 from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
+from harness.campaigns.questions import quality_record, write_prompts_file
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
 from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
@@ -46,6 +47,7 @@ from harness.formats.manifest import (
 )
 from harness.formats.outcome import Eviction, GateRecord, Outcome
 from harness.formats.progress import parse_progress
+from harness.formats.replies import PROMPTS_FILE, REPLIES_FILE, read_replies
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
@@ -72,6 +74,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied) for x in plan.cells],
         order_of_runs=[r.run_id for r in plan.runs],
         **({"overrides": list(c.overrides)} if c.overrides else {}),  # absent without any: old hashes hold
+        **({"quality": quality_record(c.quality)} if c.quality else {}),  # questions and grader, before any reply
     )
 
 
@@ -245,6 +248,8 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
             res = resolve_inputs(plan, target, console)
             folder = store.new_folder(root, plan.campaign.name, now)
             shutil.copyfile(plan.campaign.source, folder / "campaign.yaml")
+            if plan.campaign.quality is not None:
+                write_prompts_file(folder, plan.campaign.quality)
             m = new_manifest(plan, rec, target.describe(), res, now)
             if plan.campaign.target.kind == "local":
                 from harness.campaigns.probe import probe_read_bandwidth
@@ -316,6 +321,22 @@ def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolve
     return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped)
 
 
+def _take_replies(fetched: Path | str | None, tmp: Path, n_questions: int, reason: str | None) -> str | None:
+    """Move a quality run's replies into its folder; the run's failure reason if they are missing or short."""
+    if fetched is None:
+        return reason or "engine exited 0 but wrote no replies file"
+    dest = tmp / REPLIES_FILE
+    if Path(fetched) != dest:
+        Path(fetched).replace(dest)
+    if reason is not None:
+        return reason
+    try:
+        n = len(read_replies(dest))
+    except UserError as e:
+        return f"engine exited 0 but its replies are unreadable: {e}"
+    return None if n == n_questions else f"engine exited 0 but answered {n} of {n_questions} questions"
+
+
 def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
              prog: RunProgress) -> tuple[Outcome, dict[str, str]]:
     """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files)."""
@@ -333,7 +354,14 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
 
         evicted = evict_model_files(Path(res.model_path))
     remote_csv = f"{target.run_dir().rstrip('/')}/{r.run_id}.csv"
-    argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv, progress=True)
+    outputs = [remote_csv]
+    quality: dict[str, str] = {}
+    if c.quality is not None:  # the folder's questions in, this run's replies out
+        quality = {"prompts": target.stage(folder / PROMPTS_FILE, "prompts"),
+                   "replies": f"{target.run_dir().rstrip('/')}/{r.run_id}.replies.jsonl"}
+        outputs.append(quality["replies"])
+    argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv, progress=True,
+                                               **quality)
 
     def on_line(line: str) -> None:
         d = parse_progress(line)
@@ -342,7 +370,7 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
 
     t_start = time.time()
     with StateSampler(target.sample_state) as sampler:
-        done: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=[remote_csv], out_dir=tmp,
+        done: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=outputs, out_dir=tmp,
                                       log_path=tmp / ENGINE_LOG, on_stdout_line=on_line)
     t_end = time.time()
 
@@ -365,6 +393,9 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
                 reason = f"engine exited 0 but its CSV is unreadable: {e}"
     elif reason is None:
         reason = "engine exited 0 but wrote no metrics CSV"
+    if quality:
+        reason = _take_replies(done.fetched.get(quality["replies"]), tmp, len(c.quality.ids or [])
+                               or int(c.quality.n or 0), reason)
     write_states(tmp / STATE_FILE, sampler.samples)
 
     outcome = Outcome(

@@ -20,14 +20,18 @@ class Plan:
     runs: list[RunSpec]
 
 
-def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool) -> list[str]:
-    """Everything after the engine executable: harness-owned flags, then the cell's flags."""
+def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool,
+                     prompts: str = "prompts.jsonl", replies: str = "replies.jsonl") -> list[str]:
+    """Everything after the engine executable: harness-owned flags, then the cell's flags (a quality
+    campaign's questions and replies files: `prompts`, `replies`)."""
     a = c.engine.args
     argv = [str(a["model"]), model, str(a["prompt"]), c.prompt, str(a["tokens"]), str(c.tokens)]
     if csv is not None:
         argv += [str(a["csv"]), csv]
     if progress and a.get("progress"):
         argv.append(str(a["progress"]))
+    if c.quality is not None:
+        argv += ["--prompts-file", prompts, "--replies", replies]
     return argv + flags_argv(cell.flags)
 
 
@@ -66,13 +70,26 @@ def local_file_problems(c: Campaign) -> list[str]:
     return out
 
 
+def question_problems(c: Campaign) -> list[str]:
+    """A quality block asking for questions the suite does not have."""
+    if c.quality is None:
+        return []
+    from harness.quality.gsm8k import select
+
+    try:
+        select(c.quality.n, c.quality.ids)
+    except UserError as e:
+        return [f"{c.place(c.lines.get('quality', 1))}: {e}"]
+    return []
+
+
 def plan_campaign(path: Path | str, *, check_files: bool = True, overrides: list[str] | tuple[str, ...] = ()
                   ) -> Plan:
     """Load (with `--set KEY=VALUE` overrides applied), expand, order and check a campaign; CampaignError
     lists every problem with file:line (or the --set argument it came from)."""
     c = load_campaign(path, overrides)
     cells = expand_cells(c)
-    problems = engine_refusals(c, cells)
+    problems = engine_refusals(c, cells) + question_problems(c)
     if check_files:
         problems += local_file_problems(c)
     if problems:

@@ -129,8 +129,10 @@ def report(
         if bad:
             raise UserError(check_message(folder, bad))
         note = unverified_note(folder)
-        typer.echo(f"{folder}: {'' if note else 'raw files unchanged since committed, '}findings.md and "
-                   f"results.csv match the raw data" + (f"; {note}" if note else ""))
+        graded = (Path(folder) / "grades.json").is_file()
+        typer.echo(f"{folder}: {'' if note else 'raw files unchanged since committed, '}findings.md"
+                   f"{', results.csv and grades.json' if graded else ' and results.csv'} match the raw data"
+                   + (f"; {note}" if note else ""))
         return
     write_report(folder)
     typer.echo(f"wrote {Path(folder) / 'findings.md'}, results.csv, plots/")

@@ -34,7 +34,8 @@ DEFAULT_IO_ARGS: dict[str, str | None] = {"model": "-m", "prompt": "-p", "tokens
                                           "progress": "--progress"}
 # every spelling of a flag the harness sets itself (for the `bmoe` engine), so campaigns cannot set them
 BMOE_MANAGED = {"-m": "model", "--model": "model", "-p": "prompt", "--prompt": "prompt", "-n": "tokens",
-                "--n-predict": "tokens", "--csv": "csv", "--progress": "progress"}
+                "--n-predict": "tokens", "--csv": "csv", "--progress": "progress", "--prompts-file": "quality",
+                "--replies": "quality"}
 DEFAULT_PROMPT = "Explain how a mixture-of-experts model decides which experts handle each token."
 
 
@@ -95,6 +96,7 @@ class Recipe(TypedDict, total=False):
     ctx_len: int
     seed: int
     n_split: int
+    chat_template: str
 
 
 class ModelSource(_Model):
@@ -169,6 +171,20 @@ AxisSpec = Annotated[
         "needs exactly one of flag (vary one flag) or name (labelled flag bundles)"))]
 
 
+QUESTION = "{question}"  # where a question goes in a quality template
+
+
+class QualitySpec(_Model):
+    """Answer quality: every cell answers the same questions, greedy, in one engine process per run."""
+
+    suite: Literal["gsm8k"] = Field("gsm8k", description="the question set (gsm8k: the GSM8K test split, shipped)")
+    n: int | None = Field(None, ge=1, description="ask the first n questions of the split")
+    ids: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, min_length=1, description="or ask these questions (0-based lines of the split), in this order")
+    template: str = Field(description="the prompt, with {question} where the question goes (the chat template, "
+                                      "if --chatml, wraps it)")
+
+
 SHORTHAND = ("target", "engine")  # keys whose value may be just their kind: `target: local`, `engine: bmoe`
 # a part that takes exactly one of these keys: setting one (`--set model.path=...`) replaces the others
 ONE_OF: dict[str, tuple[str, ...]] = {"model": ("path", "recipe", "push_from"), "engine": ("path", "push_from")}
@@ -202,10 +218,13 @@ class CampaignFile(_Model):
     seed: int = Field(0, ge=0, description="seed for random order and the bootstrap")
     cooldown: Cooldown = Field(default_factory=Cooldown, description="the gate before each run")
     timeout_s: float = Field(1800.0, ge=1, description="longest a single run may take")
+    quality: QualitySpec | None = Field(None, description=(
+        "ask questions and grade the replies: {suite: gsm8k, n: 100, template: '...{question}...'}; tokens is "
+        "then the longest reply"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
-        out = self._part_problems() + self._axis_problems()
+        out = self._part_problems() + self._axis_problems() + self._quality_problems()
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))
@@ -238,6 +257,22 @@ class CampaignFile(_Model):
             if m.recipe is not None:
                 out.append((("model",), "a model recipe generates a local file: use target local, or give the "
                                         "model's path on the device"))
+        return out
+
+    def _quality_problems(self) -> list[tuple[Loc, str]]:
+        q = self.quality
+        if q is None:
+            return []
+        out: list[tuple[Loc, str]] = []
+        if (q.n is None) == (q.ids is None):
+            out.append((("quality",), "quality needs exactly one of n (the first n questions) or ids (a list)"))
+        if q.ids is not None and len(set(q.ids)) != len(q.ids):
+            out.append((("quality", "ids"), "quality.ids: a question is listed twice"))
+        if q.template.count(QUESTION) != 1:
+            out.append((("quality", "template"), f"quality.template must contain {QUESTION} exactly once"))
+        if self.engine.kind != "bmoe":
+            out.append((("quality",), "quality campaigns need engine bmoe (its --prompts-file mode answers "
+                                      "every question in one process)"))
         return out
 
     def _axis_problems(self) -> list[tuple[Loc, str]]:

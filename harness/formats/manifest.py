@@ -52,6 +52,18 @@ class PlanCell(Record):
     varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
 
 
+class QualityRecord(Record):
+    """A quality campaign's questions and grading rule, fixed before the first reply (hashed with the plan)."""
+
+    suite: str
+    ids: list[str]  # the question ids, in the order every run answers them
+    template: str
+    dataset_sha256: str  # of the question file as shipped
+    prompts_sha256: str  # of the campaign folder's prompts.jsonl, the file every run was given
+    grader: str  # the grading rule's name and version (harness.quality.grade)
+    grader_version: int
+
+
 class PlanRecord(Record):
     name: str
     description: str
@@ -71,6 +83,7 @@ class PlanRecord(Record):
     cells: list[PlanCell]
     order_of_runs: list[str]
     overrides: list[str] = []  # `--set KEY=VALUE` arguments applied to the file, as given (set only when any)
+    quality: QualityRecord | None = None  # quality campaigns only (absent otherwise: older plans hash the same)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------

@@ -53,11 +53,13 @@ def _header(fmt: str) -> str:
     return json.dumps({"format": fmt, "version": VERSION}) + "\n"
 
 
+def prompts_text(items: list[PromptItem]) -> str:
+    """The whole prompts file's text (its sha256 goes into a plan before the file is written)."""
+    return _header(PROMPTS_FORMAT) + "".join(json.dumps(it.dump(), ensure_ascii=False) + "\n" for it in items)
+
+
 def write_prompts(path: Path | str, items: list[PromptItem]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(_header(PROMPTS_FORMAT))
-        for it in items:
-            f.write(json.dumps(it.dump(), ensure_ascii=False) + "\n")
+    Path(path).write_text(prompts_text(items), encoding="utf-8")
 
 
 def _lines(path: Path | str, fmt: str) -> list[tuple[int, dict]]:

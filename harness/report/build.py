@@ -3,8 +3,9 @@
 `build_report` returns the texts (findings.md, results.csv) and plot bytes without writing anything;
 `write_report` writes them (tmp name + rename); `check_report` lists the files that are not as they
 should be: raw files of a run changed since it was committed (their sha256 in the manifest), and report
-files whose committed content differs from what the raw data gives (findings.md and results.csv: plots
-depend on the matplotlib build, so they are regenerated but not compared)."""
+files whose committed content differs from what the raw data gives (findings.md, results.csv, and in a
+quality campaign grades.json, the replies regraded: plots depend on the matplotlib build, so they are
+regenerated but not compared)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.formats.files import atomic_write_bytes, atomic_write_text
+from harness.formats.grades import GRADES_FILE, grades_text
 from harness.formats.manifest import RUNS, load_manifest, raw_file_changes, unhashed_runs
 from harness.report.collect import load_campaign_data
 from harness.report.findings import render_findings
 from harness.report.plots import all_plots
+from harness.report.quality import grade_folder, quality_section
 from harness.report.results import compute_results, results_frame
 
-CHECKED = ("findings.md", "results.csv")
+CHECKED = ("findings.md", "results.csv")  # and grades.json in a quality campaign
 
 
 @dataclass
@@ -33,10 +36,15 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     res = compute_results(data)
     prev_path = folder / "findings.md"
     previous = prev_path.read_text(encoding="utf-8") if prev_path.is_file() else None
-    findings = render_findings(data, res, previous)
+    grades = grade_folder(data)  # None unless a quality campaign
+    quality = quality_section(data, grades) if grades is not None else None
+    findings = render_findings(data, res, previous, quality)
     csv = results_frame(res).to_csv(index=False, float_format="%.6g", lineterminator="\n")
     plots = all_plots(data, res) if with_plots else {}
-    return Report(texts={"findings.md": findings, "results.csv": csv}, plots=plots)
+    texts = {"findings.md": findings, "results.csv": csv}
+    if grades is not None:
+        texts[GRADES_FILE] = grades_text(grades)
+    return Report(texts=texts, plots=plots)
 
 
 def write_report(folder: Path | str) -> Report:
@@ -56,7 +64,7 @@ def check_report(folder: Path | str) -> list[str]:
     folder = Path(folder)
     bad = raw_file_changes(folder, load_manifest(folder))
     rep = build_report(folder, with_plots=False)
-    for name in CHECKED:
+    for name in [*CHECKED, *(n for n in rep.texts if n not in CHECKED)]:
         p = folder / name
         if not p.is_file() or p.read_text(encoding="utf-8") != rep.texts[name]:
             bad.append(name)

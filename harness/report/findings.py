@@ -103,9 +103,11 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
                f"{h.bmoe_bench} at commit `{(h.commit or '?')[:12]}`"
                f"{' (uncommitted changes)' if h.dirty else ''}.")
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
-    out.append(f"- **Fixed**: base flags {flags}; {p.tokens} tokens per run, the first "
+    per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
+    out.append(f"- **Fixed**: base flags {flags}; {per}, the first "
                f"{p.warmup_tokens} trimmed; {p.repeats} repeats; order {p.order} "
-               f"(seed {p.seed}); one fresh engine process per run (cold expert cache).")
+               f"(seed {p.seed}); one fresh engine process per run (cold expert cache"
+               + (" at its first question, warm after)." if p.quality else ")."))
     cd = p.cooldown
     out.append(f"- **Cooldown gate** before each run: CPU <= {cd.cpu_temp_max_c or 'unchecked'} C, "
                f"MemAvailable >= {cd.mem_available_min_mib or 'unchecked'} MiB, waiting at most "
@@ -119,7 +121,11 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     if res.fixed_config:
         items = ", ".join(f"{k}={v}" for k, v in res.fixed_config.items() if k != "engine")
         out.append(f"- Engine configuration shared by every run (CSV preambles): {items}.")
-    out.append(f"- Prompt: \"{p.prompt}\"")
+    if p.quality is None:
+        out.append(f"- Prompt: \"{p.prompt}\"")
+    else:
+        out.append(f"- Prompts: {len(p.quality.ids)} GSM8K questions answered in one engine process per run "
+                   f"(the quality section below); tok/s is over every question's tokens.")
     return out + [""]
 
 
@@ -220,10 +226,14 @@ def _roofline(data: CampaignData, res: Results) -> list[str]:
 def _not_shown(data: CampaignData, res: Results) -> list[str]:
     p, m = data.plan, data.manifest
     out = ["## What this does not show", ""]
-    out.append(f"- One machine ({m.target.kind} target), one prompt, {p.tokens} tokens per "
-               f"run: longer generations, other prompts and other devices may rank the cells differently.")
-    out.append("- Every run starts a fresh engine with a cold expert cache: steady-state behaviour of a "
-               "long session is not measured.")
+    if p.quality is None:
+        out.append(f"- One machine ({m.target.kind} target), one prompt, {p.tokens} tokens per "
+                   f"run: longer generations, other prompts and other devices may rank the cells differently.")
+        out.append("- Every run starts a fresh engine with a cold expert cache: steady-state behaviour of a "
+                   "long session is not measured.")
+    else:
+        out.append(f"- One machine ({m.target.kind} target); tok/s mixes every question's prefill-free decode "
+                   f"tokens, so cells whose replies differ in length decode different token counts.")
     tgt = m.target
     if tgt.kind == "local" and tgt.mem_cap_mib:
         out.append(f"- The {tgt.mem_cap_mib} MiB cgroup cap reproduces a device that holds less than the "
@@ -243,12 +253,15 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
                    "the correlation between neighbouring tokens: they are too narrow.")
     if p.repeats < 5:
         out.append(f"- {p.repeats} repeats per cell: the bootstrap across so few runs understates the spread.")
-    out.append("- Output quality is not checked here (streamed output is byte-identical to resident by "
-               "design; lowering active experts is lossy and needs a quality run).")
+    if p.quality is None:
+        out.append("- Output quality is not checked here (streamed output is byte-identical to resident by "
+                   "design; lowering active experts is lossy and needs a quality run).")
     return out
 
 
-def render_findings(data: CampaignData, res: Results, previous: str | None) -> str:
+def render_findings(data: CampaignData, res: Results, previous: str | None,
+                    quality: list[str] | None = None) -> str:
+    """`quality`: a quality campaign's section (harness.report.quality), placed after the run order."""
     p, m = data.plan, data.manifest
     L: list[str] = [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied)
                     + f" vs {res.base.label}", ""]
@@ -268,6 +281,8 @@ def render_findings(data: CampaignData, res: Results, previous: str | None) -> s
           f"{len(data.runs)} runs, {n_fail} failed. Entry state is the device sample that passed the cooldown "
           f"gate just before the run; samples about once a second during each run are in runs/<id>/state.jsonl.",
           ""] + _run_order(data) + [""]
+    if quality:
+        L += quality + [""]
     L += _roofline(data, res) + [""]
     L += _not_shown(data, res) + [""]
     folder = data.folder.name

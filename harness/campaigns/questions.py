@@ -1,0 +1,31 @@
+"""A quality campaign's questions: the prompts file every run of the folder is given (prompts.jsonl beside
+the manifest) and the plan's record of them and of the grading rule, made before the first run."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from harness.formats.campaign import QualitySpec
+from harness.formats.manifest import QualityRecord
+from harness.formats.replies import PROMPTS_FILE, PromptItem, prompts_text
+from harness.quality import gsm8k
+from harness.quality.grade import GRADER, GRADER_VERSION
+
+
+def prompt_items(q: QualitySpec) -> list[PromptItem]:
+    return [PromptItem(id=x.id, prompt=gsm8k.render(q.template, x)) for x in gsm8k.select(q.n, q.ids)]
+
+
+def quality_record(q: QualitySpec) -> QualityRecord:
+    items = prompt_items(q)
+    return QualityRecord(suite=q.suite, ids=[it.id for it in items], template=q.template,
+                         dataset_sha256=gsm8k.dataset_sha256(),
+                         prompts_sha256=hashlib.sha256(prompts_text(items).encode()).hexdigest(),
+                         grader=GRADER, grader_version=GRADER_VERSION)
+
+
+def write_prompts_file(folder: Path, q: QualitySpec) -> Path:
+    p = Path(folder) / PROMPTS_FILE
+    p.write_text(prompts_text(prompt_items(q)), encoding="utf-8")
+    return p
