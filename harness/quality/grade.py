@@ -20,7 +20,7 @@ from decimal import Decimal
 GRADER = "gsm8k-final-number"
 GRADER_VERSION = 1
 
-NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\d.])-?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 

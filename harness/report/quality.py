@@ -139,16 +139,20 @@ def quality_section(data: CampaignData, g: Grades) -> list[str]:
              f"before `</think>` dropped, commas removed; correct when it equals the gold answer.")
     L += ["- **Prompt template** (the chat template, if `--chatml`, wraps it):", ""] + _fenced(q.template) + [""]
     L += ["| cell | correct | accuracy [95% CI, exact] | base right, cell wrong | cell right, base wrong | "
-          "McNemar exact p | no number | stopped at -n |", "|---|---|---|---|---|---|---|---|"]
+          "McNemar exact p | no number | stopped at -n | reply = base's |", "|---|---|---|---|---|---|---|---|---|"]
+    base = next((x for x in cells if x.vs_base is None), None)
     for x in cells:
         m = x.vs_base
         nonum = sum(y.extracted is None for y in x.grades)
         limit = sum(r.stop == "limit" for r in x.replies)
+        same = "" if base is None or x is base else \
+            f"{sum(a.reply == b.reply for a, b in zip(x.replies, base.replies, strict=True))}/{n}"
         L.append(f"| {x.label} | {x.acc.correct}/{x.acc.n} | {_pct(x.acc.point)} [{_pct(x.acc.low)}, "
                  f"{_pct(x.acc.high)}] | {m.only_base if m else '(base)'} | {m.only_cell if m else ''} | "
-                 f"{f'{m.p:.3g}' if m else ''} | {nonum} | {limit} |")
+                 f"{f'{m.p:.3g}' if m else ''} | {nonum} | {limit} | {same} |")
     L += ["", "Intervals are Clopper-Pearson (exact binomial, 95%); McNemar is the exact two-sided binomial test "
-              "on the questions where the cell and the base disagree, on the same questions (scipy)."]
+              "on the questions where the cell and the base disagree, on the same questions (scipy). *reply = base's*: "
+              "questions whose reply is byte for byte the base cell's (a lossless knob must give all of them)."]
     agree = [x for x in cells if x.repeats_agree is False]
     if agree:
         L.append("Repeats of " + ", ".join(x.label for x in agree) + " gave different replies; the table uses "
@@ -167,15 +171,21 @@ def _ids_text(ids: list[str]) -> str:
 def _power_lines(data: CampaignData, cells: list[CellQuality], n: int) -> list[str]:
     out = []
     m = min_discordant_for()
-    if cells and all(x.acc.correct == 0 for x in cells):
-        why = (" The model is synthetic (random weights), so accuracy 0 is expected: this campaign shows the "
-               "pipeline end to end (questions, committed replies, grading, statistics), not the quality of "
-               "any real model or of any knob.") if data.manifest.model.recipe else ""
-        out.append(f"- Every cell answered 0 of {n} correctly.{why} With 0/{n} the exact 95% upper bound is "
-                   f"{_pct(cells[0].acc.high)}.")
+    if data.manifest.model.recipe:
+        best = max((x.acc.correct for x in cells), default=0)
+        chance = ("every cell answered 0" if best == 0 else
+                  f"at most {best} of {n} correct in any cell, where a random number happened to equal the gold "
+                  f"answer")
+        out.append(f"- **The model is synthetic, with random weights**: its replies are noise and its accuracy "
+                   f"is 0 up to chance ({chance}). This campaign shows the pipeline end to end (the questions, "
+                   f"every reply committed, the grading, the statistics), not the quality of any real model or "
+                   f"of any knob; the lines below say what the same numbers would mean for a real model.")
+    elif cells and all(x.acc.correct == 0 for x in cells):
+        out.append(f"- Every cell answered 0 of {n} correctly (exact 95% upper bound {_pct(cells[0].acc.high)}): "
+                   f"check the template and the replies before reading anything into the comparison.")
     for x in cells:
         a = x.acc
-        if a.correct:
+        if _pct(a.low) != _pct(0.0):
             out.append(f"- **{x.label}**: {a.correct}/{a.n}; its true accuracy is within [{_pct(a.low)}, "
                        f"{_pct(a.high)}] (95%): a collapse below {_pct(a.low)} is ruled out, a change that "
                        f"stays inside that band of about {100 * (a.high - a.low):.0f} points is not.")
@@ -210,8 +220,8 @@ def _differences(cells: list[CellQuality]) -> list[str]:
         for x in cells:
             gx = x.grades[i]
             verdict = "correct" if gx.correct else "wrong"
-            got = gx.extracted if gx.extracted is not None else "no number"
-            out.append(f"**{x.label}**: {verdict} (answer {got}, by {gx.how}; {x.replies[i].n_tokens} tokens)")
+            got = f"answer {gx.extracted}, by {gx.how}" if gx.extracted is not None else "no number found"
+            out.append(f"**{x.label}**: {verdict} ({got}; {x.replies[i].n_tokens} tokens)")
             out.append("")
             out += _fenced(x.replies[i].reply) + [""]
     if not out:
