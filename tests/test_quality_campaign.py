@@ -159,5 +159,5 @@ def test_quality_campaign_end_to_end_on_a_synthetic_model(tmp_path, monkeypatch)
     f = (res.folder / "findings.md").read_text()
     assert "## Quality (GSM8K)" in f and "The model is synthetic, with random weights" in f
     (row,) = [x for x in f.splitlines() if x.startswith("| --cache-policy=lru |") and "McNemar" not in x]
-    assert row.endswith("| 0 | 0 | 1 | 0 | 3 | 3/3 |") or row.endswith("| 3/3 |")
+    assert row.endswith("| 3/3 |")  # every reply byte for byte the base's
     assert "| 0 | 0 | 1 |" in row  # no discordant question, p = 1
