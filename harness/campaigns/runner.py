@@ -360,8 +360,10 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
         quality = {"prompts": target.stage(folder / PROMPTS_FILE, "prompts"),
                    "replies": f"{target.run_dir().rstrip('/')}/{r.run_id}.replies.jsonl"}
         outputs.append(quality["replies"])
-    argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv, progress=True,
-                                               **quality)
+    # a quality run's tokens are in its CSV and its replies: no progress line per token in engine.log (a
+    # hundred questions of hundreds of tokens would make it the folder's biggest file); its log has the text
+    argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv,
+                                               progress=c.quality is None, **quality)
 
     def on_line(line: str) -> None:
         d = parse_progress(line)
