@@ -43,18 +43,22 @@ def _run(folder: Path, run_id: str, replies: list[str]) -> dict[str, str]:
     return hash_files(d)
 
 
-def _folder(tmp_path: Path, grader_version: int = GRADER_VERSION) -> Path:
+def _folder(tmp_path: Path, grader_version: int = GRADER_VERSION, second_round: list[str] | None = None) -> Path:
+    """Two cells with the BASE and CELL replies; `second_round`: a second run of the base with these."""
     folder = tmp_path / "2026-12-01-q"
     (folder / "runs").mkdir(parents=True)
     q = QualityRecord(suite="gsm8k", ids=IDS, template="Q: {question}", dataset_sha256=gsm8k.dataset_sha256(),
                       prompts_sha256="0" * 64, grader=GRADER, grader_version=grader_version)
     runs = []
-    for cell, (rid, replies) in enumerate((("r01-c00", BASE), ("r01-c01", CELL))):
+    plan_runs = [("r01-c00", 0, 0, BASE), ("r01-c01", 0, 1, CELL)]
+    if second_round is not None:
+        plan_runs.append(("r02-c00", 1, 0, second_round))
+    for pos, (rid, rnd, cell, replies) in enumerate(plan_runs):
         h = _run(folder, rid, replies)
-        slot = RunRecord(run_id=rid, round=0, cell=cell, position=cell)
+        slot = RunRecord(run_id=rid, round=rnd, cell=cell, position=pos)
         runs.append(slot.finish(outcome(), h))
     m = manifest("q", status="complete", runs=runs, cells=[("base", {}), ("k6", {"--n-expert-used": 6})],
-                 quality=q, repeats=1, warmup_tokens=0)
+                 quality=q, repeats=1 if second_round is None else 2, warmup_tokens=0)
     save_manifest(folder, m)
     return folder
 
@@ -127,3 +131,14 @@ def test_a_plain_campaign_has_nothing_to_grade(tmp_path, capsys):
     assert main(["grade", str(folder)]) == 2
     assert "no quality block" in capsys.readouterr().err
     assert GRADES_FILE not in build_report(folder, with_plots=False).texts
+
+
+@pytest.mark.parametrize("again, note", [(BASE, False), (CELL, True)])
+def test_a_repeat_with_other_replies_is_named_and_the_first_round_is_used(tmp_path, again, note):
+    folder = _folder(tmp_path, second_round=again)
+    data = load_campaign_data(folder)
+    base = cell_quality(data, grade_folder(data))[0]
+    assert base.run_id == "r01-c00" and base.acc.correct == 3
+    assert base.repeats_agree is (not note)
+    f = build_report(folder, with_plots=False).texts["findings.md"]
+    assert ("Repeats of base gave different replies" in f) is note

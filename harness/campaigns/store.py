@@ -3,8 +3,10 @@ versioned manifest (harness.formats.manifest) rewritten atomically after every r
 
     campaign.yaml        the campaign file, verbatim
     manifest.json        bmoe-manifest: engine, git commit, target, plan, every run's record and file hashes
-    runs/<run_id>/       metrics.csv, state.jsonl (device samples ~1/s), engine.log, outcome.json
-    results.csv, findings.md, plots/   written by `bmoe-bench report`
+    runs/<run_id>/       metrics.csv, state.jsonl (device samples ~1/s), engine.log, outcome.json; in a quality
+                         campaign also replies.jsonl (harness.formats.replies)
+    prompts.jsonl        a quality campaign's questions, as handed to every run
+    results.csv, findings.md, plots/   written by `bmoe-bench report` (and grades.json in a quality campaign)
 
 A run is written under runs/.<run_id>.tmp/ and renamed into place when it ends, its outcome.json inside,
 so a folder either holds a whole run or none; the manifest is then updated (tmp name + rename) with the

@@ -8,7 +8,7 @@ and of every run's outcome, rewritten atomically after each run.
     harness, engine, model, target, read_bandwidth    what it ran with and on
     runs                one RunRecord per planned run, in plan order: its place, its outcome, and (v2) the
                         sha256 of every raw file of the run as committed (metrics.csv, state.jsonl,
-                        engine.log, outcome.json)
+                        engine.log, outcome.json, and a quality run's replies.jsonl)
     sessions            one entry per `bmoe-bench run` that worked on the folder
 
 Versions: v1 had no file hashes. `load_manifest` upgrades a v1 file in memory (its runs then have no
@@ -38,7 +38,7 @@ MANIFEST = "manifest.json"
 RUNS = "runs"  # runs/<run_id>/ holds one run's raw files:
 METRICS_FILE = "metrics.csv"  # the engine's bmoe_metrics CSV (harness.formats.metrics_csv)
 ENGINE_LOG = "engine.log"  # its stdout and stderr
-RAW_FILES = (METRICS_FILE, STATE_FILE, ENGINE_LOG, OUTCOME_FILE)
+RAW_FILES = (METRICS_FILE, STATE_FILE, ENGINE_LOG, OUTCOME_FILE)  # and replies.jsonl in a quality campaign
 
 FlagValue = bool | int | float | str | None
 
