@@ -23,7 +23,7 @@ from rich.console import Console
 from harness.campaigns import store
 from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
-from harness.campaigns.questions import quality_record, write_prompts_file
+from harness.campaigns.questions import quality_record, take_replies, write_prompts_file
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
 from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
@@ -47,7 +47,7 @@ from harness.formats.manifest import (
 )
 from harness.formats.outcome import Eviction, GateRecord, Outcome
 from harness.formats.progress import parse_progress
-from harness.formats.replies import PROMPTS_FILE, REPLIES_FILE, read_replies
+from harness.formats.replies import PROMPTS_FILE
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
@@ -321,22 +321,6 @@ def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolve
     return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped)
 
 
-def _take_replies(fetched: Path | str | None, tmp: Path, n_questions: int, reason: str | None) -> str | None:
-    """Move a quality run's replies into its folder; the run's failure reason if they are missing or short."""
-    if fetched is None:
-        return reason or "engine exited 0 but wrote no replies file"
-    dest = tmp / REPLIES_FILE
-    if Path(fetched) != dest:
-        Path(fetched).replace(dest)
-    if reason is not None:
-        return reason
-    try:
-        n = len(read_replies(dest))
-    except UserError as e:
-        return f"engine exited 0 but its replies are unreadable: {e}"
-    return None if n == n_questions else f"engine exited 0 but answered {n} of {n_questions} questions"
-
-
 def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
              prog: RunProgress) -> tuple[Outcome, dict[str, str]]:
     """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files)."""
@@ -396,8 +380,8 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
     elif reason is None:
         reason = "engine exited 0 but wrote no metrics CSV"
     if quality:
-        reason = _take_replies(done.fetched.get(quality["replies"]), tmp, len(c.quality.ids or [])
-                               or int(c.quality.n or 0), reason)
+        reason = take_replies(done.fetched.get(quality["replies"]), tmp, len(c.quality.ids or [])
+                              or int(c.quality.n or 0), reason)
     write_states(tmp / STATE_FILE, sampler.samples)
 
     outcome = Outcome(
