@@ -83,7 +83,7 @@ def _max(runs: list[RunData], name: str) -> float:
 
 _PER_RUN_KEYS = ("csv", "route_trace", "model", "prompt",
                  # a run's own files: they differ by run id, even between cells of a single repeat
-                 "cfg.csv", "cfg.replies", "cfg.prompts_file", "cfg.route_trace")
+                 "cfg.csv", "cfg.replies", "cfg.prompts_file")
 
 
 def _configs(data: CampaignData) -> tuple[dict[int, dict[str, str]], list[str], dict[str, str]]:
