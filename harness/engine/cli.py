@@ -68,6 +68,10 @@ def run(argv: list[str]) -> int:
         if load.mode.populate and not lazymap.wants_populate(cfg.load_populate, cfg.moe_stream):
             sys.stderr.write(f"bmoe: the load read the whole model file: {load.mode.note}\n")
         interrupt.check()  # a Ctrl-C during the load
+        if cfg.session:
+            from harness.engine.protocol import LineSession
+
+            return LineSession(engine, sys.stdin, sys.stdout, interrupt.check).serve()
         res = engine.run(between_tokens=interrupt.check)
         if res.k_effective is not None:
             sys.stderr.write(f"bmoe: effective experts per token k={res.k_effective} (read from the graph)\n")

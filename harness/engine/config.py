@@ -124,6 +124,8 @@ class EngineConfig:
                           help="write the per-token bmoe_metrics v2 CSV here (its preamble: the full resolved "
                           "configuration)")
     progress: bool = opt(False, "--progress", help="print BMOE_PROGRESS {json} lines per token on stdout")
+    session: bool = opt(False, "--session", help="keep the model loaded and answer JSON-lines requests on stdin "
+                        "(generate with messages, cancel, close) with JSON-lines events on stdout; -p is unused")
     route_trace: str | None = opt(None, "--route-trace", metavar="PATH", stream_only=True,
                                   help="write the route_trace v1 file of every routing decision here")
     route_replay: str | None = opt(None, "--route-replay", metavar="TRACE",
