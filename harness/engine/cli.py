@@ -40,9 +40,10 @@ class _Interrupt:
 def run(argv: list[str]) -> int:
     import signal
 
-    from harness.engine.config import parse_cli
+    from harness.engine.subcommands import parse
 
-    cfg = parse_cli(argv)  # before the SIGINT handler: a refused flag touches nothing (tests call this in-process)
+    # before the SIGINT handler: a refused flag touches nothing (tests call this in-process)
+    sub, cfg, serve_flags = parse(argv)
     interrupt = _Interrupt()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, interrupt)
@@ -72,6 +73,15 @@ def run(argv: list[str]) -> int:
             from harness.engine.protocol import LineSession
 
             return LineSession(engine, sys.stdin, sys.stdout, interrupt.check).serve()
+        if sub == "chat":
+            from harness.engine.chat import chat
+
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the chat handles Ctrl-C itself
+            return chat(engine)
+        if sub == "serve":
+            from harness.engine.server import serve
+
+            return serve(engine, serve_flags)
         res = engine.run(between_tokens=interrupt.check)
         if res.k_effective is not None:
             sys.stderr.write(f"bmoe: effective experts per token k={res.k_effective} (read from the graph)\n")
@@ -87,11 +97,11 @@ def _reexec_with_shim(argv: list[str]) -> None:
     """Re-execute this command once with the mmap shim preloaded (harness.engine.lazymap), so that the load
     reads only what is used; returns when that is not needed or not possible (the load then populates)."""
     from harness.engine import lazymap
-    from harness.engine.config import parse_cli
+    from harness.engine.subcommands import parse
 
     lazymap.restore_preload_env()
     try:
-        cfg = parse_cli(argv)
+        cfg = parse(argv)[1]
     except UserError:
         return  # run() reports it
     if cfg.version or cfg.list_archs or lazymap.wants_populate(cfg.load_populate, cfg.moe_stream) \
