@@ -16,7 +16,10 @@ BMOE_BEGIN, BMOE_PROGRESS, BMOE_DONE and BMOE_ERROR prefixed lines; here every l
           n_past, tok_s, summary: {the CSV's # summary fields}}   text: the deltas joined (plus U+FFFD when the
           reply ends inside a UTF-8 sequence)
   error  {id, fatal, msg}   a malformed line or a refused request is not fatal: the session goes on
-The messages go through the model's own chat template; each generate is one `turn` of the CSV.
+The messages go through the model's own chat template; each generate is one `turn` of the CSV. The prompt's
+prefix already in the KV cache is kept (n_reused); llama.cpp's CPU kernels are not batch-size invariant, so a
+reply after a reused prefix can differ at a near-tie from a fresh process's; --no-kv-reuse makes each turn
+bit-identical to a fresh process given the same history.
 """
 
 from __future__ import annotations

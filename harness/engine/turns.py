@@ -151,7 +151,9 @@ class Conversation:
 
     def reusable(self, tokens: list[int]) -> int:
         """How many of the prompt's tokens are already in the KV cache (at least one is always decoded: the
-        first token is sampled from its logits)."""
+        first token is sampled from its logits); 0 with --no-kv-reuse."""
+        if not self.engine.cfg.kv_reuse:
+            return 0
         return max(0, min(common_prefix(self.past, tokens), len(tokens) - 1))
 
     def _sampler(self, sp: Sampling):
