@@ -15,6 +15,7 @@ import json
 import math
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -289,6 +290,9 @@ def serve(engine: Engine, flags: ServeFlags) -> int:
             sys.stderr.flush()
         await task
 
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal under the handler it found:
+    # a handler that does nothing here makes that a clean exit (status 0, the engine closed by the caller)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         asyncio.run(main())
     finally:
