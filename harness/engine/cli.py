@@ -40,9 +40,10 @@ class _Interrupt:
 def run(argv: list[str]) -> int:
     import signal
 
-    from harness.engine.config import parse_cli
+    from harness.engine.subcommands import parse
 
-    cfg = parse_cli(argv)  # before the SIGINT handler: a refused flag touches nothing (tests call this in-process)
+    # before the SIGINT handler: a refused flag touches nothing (tests call this in-process)
+    sub, cfg, serve_flags = parse(argv)
     interrupt = _Interrupt()
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, interrupt)
@@ -73,6 +74,19 @@ def run(argv: list[str]) -> int:
         if load.mode.populate and not lazymap.wants_populate(cfg.load_populate, cfg.moe_stream):
             sys.stderr.write(f"bmoe: the load read the whole model file: {load.mode.note}\n")
         interrupt.check()  # a Ctrl-C during the load
+        if cfg.session:
+            from harness.engine.protocol import LineSession
+
+            return LineSession(engine, sys.stdin, sys.stdout, interrupt.check).serve()
+        if sub == "chat":
+            from harness.engine.chat import chat
+
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # the chat handles Ctrl-C itself
+            return chat(engine)
+        if sub == "serve":
+            from harness.engine.server import serve
+
+            return serve(engine, serve_flags)
         if cfg.prompts_file:
             res = _run_prompts(engine, cfg, items, interrupt)
         else:
@@ -105,11 +119,11 @@ def _reexec_with_shim(argv: list[str]) -> None:
     """Re-execute this command once with the mmap shim preloaded (harness.engine.lazymap), so that the load
     reads only what is used; returns when that is not needed or not possible (the load then populates)."""
     from harness.engine import lazymap
-    from harness.engine.config import parse_cli
+    from harness.engine.subcommands import parse
 
     lazymap.restore_preload_env()
     try:
-        cfg = parse_cli(argv)
+        cfg = parse(argv)[1]
     except UserError:
         return  # run() reports it
     if cfg.version or cfg.list_archs or lazymap.wants_populate(cfg.load_populate, cfg.moe_stream) \

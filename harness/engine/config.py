@@ -131,6 +131,13 @@ class EngineConfig:
     replies: str | None = opt(None, "--replies", metavar="PATH",
                               help="with --prompts-file: write each reply (id, prompt as sent, reply, tokens, "
                               "times) here as bmoe-replies v1 JSON lines")
+    session: bool = opt(False, "--session", help="keep the model loaded and answer JSON-lines requests on stdin "
+                        "(generate with messages, cancel, close) with JSON-lines events on stdout; -p is unused")
+    kv_reuse: bool = opt(True, "--no-kv-reuse",
+                         help="--session, chat, serve: prefill every turn's whole prompt in one batch instead of "
+                         "keeping the prompt prefix already in the KV cache; each reply is then bit-identical to a "
+                         "fresh run of the same prompt (llama.cpp's CPU kernels are not batch-size invariant, so a "
+                         "reused prefix can change a near-tie)")
     route_trace: str | None = opt(None, "--route-trace", metavar="PATH", stream_only=True,
                                   help="write the route_trace v1 file of every routing decision here")
     route_replay: str | None = opt(None, "--route-replay", metavar="TRACE",
