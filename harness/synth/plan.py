@@ -11,6 +11,7 @@ from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
+from harness.synth.archs import dispatch as arch_layouts
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
 from harness.synth.spec import ModelSpec, validate
 from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
@@ -112,7 +113,8 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
     if spec.is_moe:
         kvs += [
             KV(f"{a}.expert_count", u32, spec.n_expert),
-            KV(f"{a}.expert_used_count", u32, spec.n_expert_used),
+            KV(f"{a}.expert_used_count", VT.ARRAY, list(spec.expert_used_per_layer), u32)
+            if spec.expert_used_per_layer else KV(f"{a}.expert_used_count", u32, spec.n_expert_used),
         ]
     if a == "qwen2moe":
         kvs.append(KV(f"{a}.expert_shared_feed_forward_length", u32, spec.n_ff_shexp))
@@ -129,6 +131,8 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
     ]
     if tok.TEMPLATES[spec.chat_template or tok.default_template(a)] is not None:
         kvs.append(KV("tokenizer.chat_template", s, sp.template))
+    if a in arch_layouts.LAYOUTS:
+        kvs = arch_layouts.patch_kvs(spec, kvs)
     return kvs
 
 
@@ -161,7 +165,11 @@ def assign_shards(sizes: list[int], n_split: int) -> list[list[int]]:
 
 def plan_model(spec: ModelSpec) -> ModelPlan:
     validate(spec)
-    tensors = plan_tensors(spec)
+    if spec.arch in arch_layouts.LAYOUTS:
+        arch_layouts.check(spec)
+        tensors = arch_layouts.plan_tensors(spec)
+    else:
+        tensors = plan_tensors(spec)
     if spec.n_split > len(tensors):
         raise UserError(f"--split {spec.n_split} is more than the model's {len(tensors)} tensors")
     kvs = plan_kvs(spec)

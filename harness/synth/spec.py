@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError
+from harness.synth.archs import NAMES as LAYOUT_ARCHS
 from harness.synth.tokenizer import TEMPLATES, specials_for
 
 # arch -> what the writer knows how to lay out. qwen3moe/qwen2moe/gpt-oss are the engine's targets; qwen3 is the
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
-ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
-MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
+# LAYOUT_ARCHS: one module each in harness.synth.archs (all MoE)
+ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe") + LAYOUT_ARCHS
+MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe", *LAYOUT_ARCHS})
 EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
 DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
 
@@ -45,6 +47,9 @@ class ModelSpec:
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
     rope_yarn_orig_ctx: int = 0  # YaRN's original context length
     n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
+    n_dense_lead: int = -1  # leading dense blocks (no experts); -1: the arch's own default (harness.synth.archs)
+    n_nextn: int = -1  # nextn (MTP) layers, the last of n_layer; -1: the arch's own default
+    expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array
 
     @property
     def is_moe(self) -> bool:
@@ -83,6 +88,8 @@ def validate(spec: ModelSpec) -> None:
     ):
         _need(val >= 1, f"{flag} must be at least 1 (got {val})")
     _need(spec.seed >= 0, f"--seed must be >= 0 (got {spec.seed})")
+    _need(not spec.expert_used_per_layer or len(spec.expert_used_per_layer) == spec.n_layer,
+          f"expert_used_per_layer has {len(spec.expert_used_per_layer)} values for {spec.n_layer} layers")
     _need(
         not spec.chat_template or spec.chat_template in TEMPLATES,
         f"--chat-template {spec.chat_template!r} is not one of {', '.join(TEMPLATES)}",
