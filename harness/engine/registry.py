@@ -69,13 +69,14 @@ COVERED: tuple[Covered, ...] = (
     Covered("olmoe", "router; q/k norms over the full width", _GATES),
     Covered("granitemoe", "router; logit/residual/embedding scales", _GATES),
     Covered("llama", "Mixtral: router; per-expert .scale companions (optional, resident)", _GATES),
-    Covered("deepseek2", "MLA attention, expert groups, shared experts, exp_probs_b, leading dense blocks", _GATES),
-    Covered("glm4moe", "nextn (MTP) layer in block_count, not in the trunk; leading dense; shared expert; "
-                       "exp_probs_b", _GATES),
+    Covered("deepseek2", "latent attention (kv_a/kv_b); expert groups; shared expert; exp_probs_b; "
+                         "leading dense blocks", _GATES),
+    Covered("glm4moe", "nextn (MTP) layer in block_count, not in the trunk; leading dense blocks; shared expert; "
+                       "exp_probs_b; q/k/v biases", _GATES),
     Covered("ernie4_5-moe", "leading dense blocks; shared expert; exp_probs_b", _GATES),
     Covered("hunyuan-moe", "shared expert; q/k norms", _GATES),
     Covered("dots1", "leading dense blocks; shared expert; exp_probs_b", _GATES),
-    Covered("bailingmoe2", "fused qkv; leading dense; shared expert; exp_probs_b; nextn layer", _GATES),
+    Covered("bailingmoe2", "fused qkv; leading dense blocks; shared expert; exp_probs_b", _GATES),
 )
 
 
