@@ -22,7 +22,7 @@ ARCH_SPECS: dict[str, ModelSpec] = {
     "granitemoe": ModelSpec(arch="granitemoe", seed=32),
     "llama": ModelSpec(arch="llama", seed=33),
     "deepseek2": ModelSpec(arch="deepseek2", n_head_kv=4, seed=34),
-    "glm4moe": ModelSpec(arch="glm4moe", seed=35),
+    "glm4moe": ModelSpec(arch="glm4moe", seed=35, n_layer=6),  # 1 dense, 4 MoE, 1 nextn: enough experts to evict
     "ernie4_5-moe": ModelSpec(arch="ernie4_5-moe", seed=36),
     "hunyuan-moe": ModelSpec(arch="hunyuan-moe", seed=37),
     "dots1": ModelSpec(arch="dots1", n_head_kv=4, seed=38),

@@ -61,6 +61,7 @@ def test_make_model_writes_each_arch_with_its_own_metadata(tmp_path: Path, arch:
 def test_leading_dense_blocks_and_shared_experts_are_resident(tmp_path: Path) -> None:
     lay = load_layout(_tiny(tmp_path, "deepseek2"))
     assert lay.dense_layers == [0] and lay.moe_layers == [1, 2, 3]
+    assert lay.facts() == "dense layers [0] (no experts); 9 shared-expert tensors resident"
     assert lay.expert_bytes_per_layer()[0] == 0
     assert "blk.0.ffn_gate.weight" in lay.dense and "blk.1.exp_probs_b.bias" in lay.dense
     assert set(lay.shared_experts) == {f"blk.{il}.ffn_{k}_shexp.weight" for il in (1, 2, 3)
@@ -71,16 +72,17 @@ def test_leading_dense_blocks_and_shared_experts_are_resident(tmp_path: Path) ->
 
 def test_nextn_layer_is_counted_in_block_count_but_not_in_the_trunk(tmp_path: Path) -> None:
     path = _tiny(tmp_path, "glm4moe")
-    assert GGUFReader(path).fields["glm4moe.block_count"].contents() == 4
+    assert GGUFReader(path).fields["glm4moe.block_count"].contents() == 6
     lay = load_layout(path)
-    assert (lay.n_layer, lay.n_layer_nextn, lay.n_layer_trunk) == (4, 1, 3)
-    assert lay.moe_layers == [1, 2] and lay.dense_layers == [0]
+    assert (lay.n_layer, lay.n_layer_nextn, lay.n_layer_trunk) == (6, 1, 5)
+    assert lay.moe_layers == [1, 2, 3, 4] and lay.dense_layers == [0]
     plan = plan_model(ARCH_SPECS["glm4moe"])
-    blk3 = [t for t in plan.tensors if t.layer == 3]
-    assert any(t.expert_role for t in blk3) and any("nextn.eh_proj" in t.name for t in blk3)
-    assert lay.nextn_bytes == sum(t.nbytes for t in blk3)
-    assert not any(n.startswith("blk.3.") for n in [*lay.experts, *lay.dense])
-    assert lay.expert_bytes_per_layer()[3] == 0  # the token cycle and the cache plan leave it out
+    nextn = [t for t in plan.tensors if t.layer == 5]
+    assert any(t.expert_role for t in nextn) and any("nextn.eh_proj" in t.name for t in nextn)
+    assert lay.nextn_bytes == sum(t.nbytes for t in nextn)
+    assert not any(n.startswith("blk.5.") for n in [*lay.experts, *lay.dense])
+    assert lay.expert_bytes_per_layer()[5] == 0  # the token cycle and the cache plan leave it out
+    assert "1 nextn (MTP) layer(s) not in the trunk" in lay.facts()
 
 
 def test_expert_scale_companions_stay_resident(tmp_path: Path) -> None:
@@ -89,6 +91,12 @@ def test_expert_scale_companions_stay_resident(tmp_path: Path) -> None:
     assert set(lay.companions) == want and want <= set(lay.dense)
     assert sorted(lay.experts) == sorted(f"blk.{il}.ffn_{k}_exps.weight" for il in range(4)
                                          for k in ("gate", "up", "down"))
+
+
+def test_expert_bias_companions_stay_resident(tmp_path: Path) -> None:
+    lay = load_layout(make_model(tmp_path / "g.gguf", ModelSpec(arch="gpt-oss"))[0])
+    assert set(lay.companions) == {f"blk.{il}.ffn_{k}_exps.bias" for il in range(4) for k in ("gate", "up", "down")}
+    assert "12 expert .scale/.bias companions resident" in lay.facts()
 
 
 def test_per_layer_expert_used_count_array(tmp_path: Path) -> None:

@@ -91,6 +91,8 @@ class Engine:
                        f"O_DIRECT {'on' if p.reader and p.reader.odirect else 'off'}")
             if p.reader and p.reader.odirect_refused:
                 out.append(f"bmoe: {p.reader.odirect_refused}")
+            if lay.facts():
+                out.append(f"bmoe: layout: {lay.facts()}")
         note = p.dense.note() if p.dense else None
         if note:
             out.append(note)

@@ -217,6 +217,22 @@ class ModelLayout:
     def n_layer_trunk(self) -> int:
         return self.n_layer - self.n_layer_nextn
 
+    def facts(self) -> str:
+        """The layout facts beyond plain routed experts in every layer, in one line ("" when there are none)."""
+        out = []
+        if self.dense_layers:
+            out.append(f"dense layers {self.dense_layers} (no experts)")
+        if self.n_layer_nextn:
+            out.append(f"{self.n_layer_nextn} nextn (MTP) layer(s) not in the trunk ({self.nextn_bytes / 1048576:.1f} "
+                       "MiB, not loaded)")
+        if self.shared_experts:
+            out.append(f"{len(self.shared_experts)} shared-expert tensors resident")
+        if self.companions:
+            out.append(f"{len(self.companions)} expert .scale/.bias companions resident")
+        if self.expert_used_is_array:
+            out.append(f"top-k per layer {list(self.expert_used_by_layer)}")
+        return "; ".join(out)
+
     @property
     def dense_layers(self) -> list[int]:
         """Trunk layers without routed experts (leading dense blocks and the like): resident."""
