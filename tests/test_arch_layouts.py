@@ -21,9 +21,9 @@ from harness.engine.gguf_layout import load_layout
 from harness.engine.llama_archs import LLAMA_ARCHS
 from harness.errors import UserError
 from harness.synth import ModelSpec, make_model, plan_model
-from harness.synth.archs import NAMES
-from harness.synth.archs.dispatch import LAYOUTS
+from harness.synth.archs import LAYOUTS
 from harness.synth.gguf_encode import KV, TensorInfo, encode_header
+from harness.synth.spec import MODULE_ARCHS as NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 

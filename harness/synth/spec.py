@@ -5,14 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError
-from harness.synth.archs import NAMES as LAYOUT_ARCHS
 from harness.synth.tokenizer import TEMPLATES, specials_for
 
 # arch -> what the writer knows how to lay out. qwen3moe/qwen2moe/gpt-oss are the engine's targets; qwen3 is the
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
-# LAYOUT_ARCHS: one module each in harness.synth.archs (all MoE)
-ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe") + LAYOUT_ARCHS
-MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe", *LAYOUT_ARCHS})
+ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
+MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
+# archs whose layout lives in its own module under harness/synth/archs/ (that package's LAYOUTS, which checks
+# the arch-specific fields itself)
+MODULE_ARCHS: tuple[str, ...] = ("granitemoe", "llama", "deepseek2", "glm4moe", "ernie4_5-moe", "hunyuan-moe", "dots1",
+                                 "bailingmoe2")
+ARCHS = ARCHS + MODULE_ARCHS
+MOE_ARCHS = MOE_ARCHS | frozenset(MODULE_ARCHS)
 EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
 DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
 
@@ -47,9 +51,13 @@ class ModelSpec:
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
     rope_yarn_orig_ctx: int = 0  # YaRN's original context length
     n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
-    n_dense_lead: int = -1  # leading dense blocks (no experts); -1: the arch's own default (harness.synth.archs)
-    n_nextn: int = -1  # nextn (MTP) layers, the last of n_layer; -1: the arch's own default
-    expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array
+    # integer knobs of an arch that has its own module under harness/synth/archs/ (name, value), over that
+    # module's PARAMS defaults, e.g. (("q_lora_rank", 1024),)
+    arch_params: tuple[tuple[str, int], ...] = ()
+    expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array (any MoE arch)
+
+    def param(self, name: str, default: int) -> int:
+        return dict(self.arch_params).get(name, default)
 
     @property
     def is_moe(self) -> bool:

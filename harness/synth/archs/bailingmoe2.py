@@ -10,19 +10,26 @@ from harness.synth.archs.common import (
     _ones,
     boolean,
     dense_ffn,
+    expert_ff,
+    lead,
+    model_tensors,
     probs_bias,
     qk_norms,
-    resolved,
     routed,
     shared,
     u32,
 )
 from harness.synth.spec import ModelSpec
 
+# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "bailingmoe2"
 DENSE_LEAD = 1
 NEXTN = 0
 GATING_SIGMOID = 2
+
+
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return model_tensors(spec, layer, check(spec))
 
 
 def check(spec: ModelSpec) -> list[str]:
@@ -34,7 +41,8 @@ def check(spec: ModelSpec) -> list[str]:
 
 def kvs(spec: ModelSpec) -> list[KV]:
     return [
-        u32(spec, "leading_dense_block_count", resolved(spec.n_dense_lead, DENSE_LEAD)),
+        expert_ff(spec),
+        u32(spec, "leading_dense_block_count", lead(spec, DENSE_LEAD)),
         u32(spec, "feed_forward_length", spec.n_ff),
         u32(spec, "expert_shared_count", 1),
         boolean(spec, "expert_weights_norm", True),
@@ -48,6 +56,6 @@ def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
     out = [_ones(p + "attn_norm.weight", d, il), _lin(p + "attn_qkv.weight", d, d + 2 * n_kv, dt, il),
            _lin(p + "attn_output.weight", spec.n_head * spec.head_dim, d, dt, il), *qk_norms(spec, il),
            _ones(p + "ffn_norm.weight", d, il)]
-    if il < resolved(spec.n_dense_lead, DENSE_LEAD):
+    if il < lead(spec, DENSE_LEAD):
         return out + dense_ffn(spec, il)
     return out + [probs_bias(spec, il), *routed(spec, il), *shared(spec, il, spec.n_ff_exp)]

@@ -4,14 +4,18 @@ dense FFN blocks, and the metadata helpers."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from gguf.constants import GGUFValueType as VT
 
+from harness.errors import UserError
+from harness.synth import tokenizer as tok
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
 from harness.synth.tensors import (
     DOWN_GAIN,
     EXPERT_GAIN,
+    OUTPUT_GAIN,
     ROUTER_BIAS_STD,
     ROUTER_GAIN,
     TensorPlan,
@@ -36,9 +40,35 @@ def boolean(spec: ModelSpec, key: str, v: bool) -> KV:
     return KV(f"{spec.arch}.{key}", VT.BOOL, bool(v))
 
 
-def resolved(value: int, default: int) -> int:
-    """A spec field whose -1 means "the architecture's own default"."""
-    return default if value < 0 else value
+def lead(spec: ModelSpec, default: int) -> int:
+    """Leading dense blocks (no experts): arch_params n_dense_lead, else the arch's default."""
+    return spec.param("n_dense_lead", default)
+
+
+def nextn(spec: ModelSpec, default: int) -> int:
+    """nextn (MTP) layers, the last of n_layer: arch_params n_nextn, else the arch's default."""
+    return spec.param("n_nextn", default)
+
+
+def expert_ff(spec: ModelSpec) -> KV:
+    return u32(spec, "expert_feed_forward_length", spec.n_ff_exp)
+
+
+def model_tensors(spec: ModelSpec, layer: Callable[[ModelSpec, int], list[TensorPlan]], problems: list[str]
+                  ) -> list[TensorPlan]:
+    """The whole file: embeddings, `layer(spec, il)` for every block, the output norm and head (whose rows of
+    control tokens are zero, as tensors.py does); the first of `problems` refused as a UserError."""
+    if problems:
+        raise UserError(problems[0])
+    ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch, spec.chat_template)).control_ids)
+    d = spec.n_embd
+    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), spec.dense_type, "normal", 1.0)]
+    for il in range(spec.n_layer):
+        out += layer(spec, il)
+    out.append(_ones("output_norm.weight", d, -1))
+    out.append(TensorPlan("output.weight", (d, spec.n_vocab), spec.dense_type, "normal", OUTPUT_GAIN / math.sqrt(d),
+                          ctrl))
+    return out
 
 
 def qkvo(spec: ModelSpec, il: int, n_q: int | None = None, n_kv: int | None = None, bias: bool = False

@@ -11,14 +11,17 @@ from harness.synth.archs.common import (
     _ones,
     boolean,
     dense_ffn,
+    expert_ff,
+    lead,
+    model_tensors,
     probs_bias,
-    resolved,
     routed,
     shared,
     u32,
 )
 from harness.synth.spec import ModelSpec
 
+# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "deepseek2"
 DENSE_LEAD = 1
 NEXTN = 0
@@ -30,6 +33,10 @@ GATING_SIGMOID = 2
 
 def _k_head(spec: ModelSpec) -> int:
     return spec.head_dim + ROPE_DIM
+
+
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return model_tensors(spec, layer, check(spec))
 
 
 def check(spec: ModelSpec) -> list[str]:
@@ -46,7 +53,8 @@ def check(spec: ModelSpec) -> list[str]:
 
 def kvs(spec: ModelSpec) -> list[KV]:
     return [
-        u32(spec, "leading_dense_block_count", resolved(spec.n_dense_lead, DENSE_LEAD)),
+        expert_ff(spec),
+        u32(spec, "leading_dense_block_count", lead(spec, DENSE_LEAD)),
         u32(spec, "feed_forward_length", spec.n_ff),
         u32(spec, "attention.q_lora_rank", 0),
         u32(spec, "attention.kv_lora_rank", KV_LORA),
@@ -73,6 +81,6 @@ def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
         _lin(p + "attn_output.weight", h * hd, d, dt, il),
         _ones(p + "ffn_norm.weight", d, il),
     ]
-    if il < resolved(spec.n_dense_lead, DENSE_LEAD):
+    if il < lead(spec, DENSE_LEAD):
         return out + dense_ffn(spec, il)
     return out + [probs_bias(spec, il), *routed(spec, il), *shared(spec, il, spec.n_ff_exp)]

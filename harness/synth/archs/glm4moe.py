@@ -11,34 +11,43 @@ from harness.synth.archs.common import (
     _ones,
     boolean,
     dense_ffn,
+    expert_ff,
+    lead,
+    model_tensors,
+    nextn,
     nextn_block,
     probs_bias,
     qkvo,
-    resolved,
     routed,
     shared,
     u32,
 )
 from harness.synth.spec import ModelSpec
 
+# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "glm4moe"
 DENSE_LEAD = 1
 NEXTN = 1
 GATING_SIGMOID = 2
 
 
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return model_tensors(spec, layer, check(spec))
+
+
 def check(spec: ModelSpec) -> list[str]:
-    n = resolved(spec.n_nextn, NEXTN)
+    n = nextn(spec, NEXTN)
     out = [] if n <= 1 else ["--arch glm4moe: llama.cpp supports a single nextn (MTP) layer"]
-    if spec.n_layer - n <= resolved(spec.n_dense_lead, DENSE_LEAD):
+    if spec.n_layer - n <= lead(spec, DENSE_LEAD):
         out.append("--arch glm4moe: --layers leaves no MoE layer in the trunk (1 leading dense, 1 nextn)")
     return out
 
 
 def kvs(spec: ModelSpec) -> list[KV]:
     return [
-        u32(spec, "leading_dense_block_count", resolved(spec.n_dense_lead, DENSE_LEAD)),
-        u32(spec, "nextn_predict_layers", resolved(spec.n_nextn, NEXTN)),
+        expert_ff(spec),
+        u32(spec, "leading_dense_block_count", lead(spec, DENSE_LEAD)),
+        u32(spec, "nextn_predict_layers", nextn(spec, NEXTN)),
         u32(spec, "feed_forward_length", spec.n_ff),
         u32(spec, "expert_shared_count", 1),
         boolean(spec, "expert_weights_norm", True),
@@ -48,10 +57,10 @@ def kvs(spec: ModelSpec) -> list[KV]:
 
 def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
     out = [*qkvo(spec, il, bias=True), _ones(f"blk.{il}.post_attention_norm.weight", spec.n_embd, il)]
-    if il < resolved(spec.n_dense_lead, DENSE_LEAD):
+    if il < lead(spec, DENSE_LEAD):
         out += dense_ffn(spec, il)
     else:
         out += [probs_bias(spec, il), *routed(spec, il), *shared(spec, il, spec.n_ff_exp)]
-    if il >= spec.n_layer - resolved(spec.n_nextn, NEXTN):
+    if il >= spec.n_layer - nextn(spec, NEXTN):
         out += nextn_block(spec, il)
     return out

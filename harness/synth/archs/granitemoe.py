@@ -3,12 +3,17 @@ feed_forward_length; logit_scale is required (the logits are divided by it)."""
 
 from __future__ import annotations
 
-from harness.synth.archs.common import KV, TensorPlan, _ones, f32, qkvo, routed, u32
+from harness.synth.archs.common import KV, TensorPlan, _ones, expert_ff, f32, model_tensors, qkvo, routed, u32
 from harness.synth.spec import ModelSpec
 
+# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "granitemoe"
 DENSE_LEAD = 0
 NEXTN = 0
+
+
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return model_tensors(spec, layer, check(spec))
 
 
 def check(spec: ModelSpec) -> list[str]:
@@ -16,7 +21,7 @@ def check(spec: ModelSpec) -> list[str]:
 
 
 def kvs(spec: ModelSpec) -> list[KV]:
-    return [u32(spec, "feed_forward_length", spec.n_ff_exp), f32(spec, "logit_scale", 1.0),
+    return [expert_ff(spec), u32(spec, "feed_forward_length", spec.n_ff_exp), f32(spec, "logit_scale", 1.0),
             f32(spec, "residual_scale", 1.0), f32(spec, "embedding_scale", 1.0)]
 
 

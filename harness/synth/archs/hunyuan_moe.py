@@ -3,12 +3,28 @@ shared expert (expert_shared_feed_forward_length) beside them."""
 
 from __future__ import annotations
 
-from harness.synth.archs.common import KV, TensorPlan, _ones, qk_norms, qkvo, routed, shared, u32
+from harness.synth.archs.common import (
+    KV,
+    TensorPlan,
+    _ones,
+    expert_ff,
+    model_tensors,
+    qk_norms,
+    qkvo,
+    routed,
+    shared,
+    u32,
+)
 from harness.synth.spec import ModelSpec
 
+# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "hunyuan-moe"
 DENSE_LEAD = 0
 NEXTN = 0
+
+
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return model_tensors(spec, layer, check(spec))
 
 
 def check(spec: ModelSpec) -> list[str]:
@@ -16,7 +32,7 @@ def check(spec: ModelSpec) -> list[str]:
 
 
 def kvs(spec: ModelSpec) -> list[KV]:
-    return [u32(spec, "feed_forward_length", spec.n_ff_exp),
+    return [expert_ff(spec), u32(spec, "feed_forward_length", spec.n_ff_exp),
             u32(spec, "expert_shared_feed_forward_length", spec.n_ff_shexp)]
 
 

@@ -4,13 +4,18 @@ multiplies each selected expert's output by its scale): they stay resident besid
 
 from __future__ import annotations
 
-from harness.synth.archs.common import KV, TensorPlan, _ones, _vec, qkvo, routed, u32
+from harness.synth.archs.common import KV, TensorPlan, _ones, _vec, expert_ff, model_tensors, qkvo, routed, u32
 from harness.synth.spec import ModelSpec
 
+# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "llama"
 DENSE_LEAD = 0
 NEXTN = 0
 SCALE_STD = 1.0
+
+
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return model_tensors(spec, layer, check(spec))
 
 
 def check(spec: ModelSpec) -> list[str]:
@@ -18,7 +23,8 @@ def check(spec: ModelSpec) -> list[str]:
 
 
 def kvs(spec: ModelSpec) -> list[KV]:
-    return [u32(spec, "feed_forward_length", spec.n_ff_exp), u32(spec, "rope.dimension_count", spec.head_dim)]
+    return [expert_ff(spec), u32(spec, "feed_forward_length", spec.n_ff_exp),
+            u32(spec, "rope.dimension_count", spec.head_dim)]
 
 
 def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
