@@ -257,6 +257,7 @@ class ModelLayout:
 # blk.<il>.<name>.<suffix>: only a `.weight` of a streamed name is a routed-expert tensor; its `.bias`
 # companions (gpt-oss) and every other per-layer tensor are dense bytes of that layer
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias|scale)$")
+_NEXTN_RE = re.compile(r"^blk\.(\d+)\.")  # any tensor of a block, whatever its suffix (blk.<il>.ssm_a has none)
 
 
 def _int(v: object) -> int:
@@ -316,10 +317,11 @@ def load_layout(model: Path | str) -> ModelLayout:
     shexp, comp = [], []
     for h in headers:
         for t in h.tensors:
-            m = _BLK_RE.match(t.name)
-            if m and int(m.group(1)) >= lay.n_layer_trunk:
+            blk = _NEXTN_RE.match(t.name)
+            if blk and lay.n_layer_nextn and int(blk.group(1)) >= lay.n_layer_trunk:
                 lay.nextn_bytes += t.nbytes  # not part of the trunk's graph: neither streamed nor resident
                 continue
+            m = _BLK_RE.match(t.name)
             if m and m.group(2).endswith("_shexp"):
                 shexp.append(t.name)
             elif m and m.group(2) in streamed and m.group(3) != "weight":
