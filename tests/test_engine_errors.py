@@ -63,9 +63,14 @@ def test_dense_model(tmp_path):
 
 
 def test_unsupported_arch(tmp_path):
-    p = make_model(tmp_path / "olmoe.gguf", ModelSpec(arch="olmoe", expert_type="q8_0", seed=14, head_dim=64,
-                                                       n_head_kv=4))[0]
-    one_line_error(run("-m", str(p), "--moe-stream"), "'olmoe' is not supported", "qwen2moe, qwen3moe")
+    """An architecture llama.cpp cannot load, and one whose experts are laid out in a way bmoe does not know."""
+    from test_arch_layouts import _header_only
+
+    p = _header_only(tmp_path / "x.gguf", "notanarch", [("blk.0.ffn_gate_exps.weight", (32, 32, 8))])
+    one_line_error(run("-m", str(p), "--moe-stream"), "'notanarch' is not one the pinned llama.cpp can load",
+                   "qwen2moe, qwen3moe")
+    p = _header_only(tmp_path / "y.gguf", "olmoe", [("blk.0.ffn_w13_exps.weight", (32, 64, 8))])
+    one_line_error(run("-m", str(p), "--moe-stream"), "expert layout bmoe does not know", "ffn_gate_exps")
 
 
 def test_budget_below_token_cycle(tmp_path):

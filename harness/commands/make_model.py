@@ -8,6 +8,7 @@ import typer
 
 from harness.synth import make_model, plan_model
 from harness.synth.shapes import SHAPES, shape_spec
+from harness.synth.spec import MODULE_ARCHS
 from harness.synth.tokenizer import TEMPLATES
 from harness.synth.writer import check_outputs
 
@@ -28,7 +29,8 @@ def make_model_cmd(
         "tiny", "--shape", help=f"Named shape: {', '.join(SHAPES)}. Flags below override it."
     ),
     arch: str | None = typer.Option(
-        None, "--arch", help="qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe."
+        None, "--arch", help=f"qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe, "
+        f"{', '.join(MODULE_ARCHS)}."
     ),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers."),
     experts: int | None = typer.Option(None, "--experts", help="Routed experts per layer."),

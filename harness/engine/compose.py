@@ -93,6 +93,8 @@ class Engine:
                        f"O_DIRECT {'on' if p.reader and p.reader.odirect else 'off'}")
             if p.reader and p.reader.odirect_refused:
                 out.append(f"bmoe: {p.reader.odirect_refused}")
+            if lay.facts():
+                out.append(f"bmoe: layout: {lay.facts()}")
         note = p.dense.note() if p.dense else None
         if note:
             out.append(note)
@@ -259,6 +261,9 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     check_model_file(cfg.model)
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
+    if cfg.n_expert_used and layout.expert_used_is_array:
+        raise UserError(f"--n-expert-used: {cfg.model} gives expert_used_count per layer, which llama.cpp's "
+                        "key override cannot change; drop --n-expert-used")
     k = cfg.n_expert_used or layout.n_expert_used
     parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
                                      lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))

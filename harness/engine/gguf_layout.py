@@ -15,7 +15,8 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from harness.engine.registry import REGISTRY, ArchRow, supported
+from harness.engine.llama_archs import LLAMA_ARCHS
+from harness.engine.registry import STANDARD, ArchRow, row_for, supported
 from harness.errors import UserError
 from harness.formats.gguf_types import GGUFValueType, scalar_format
 
@@ -95,7 +96,7 @@ def _nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
     return n // blk * tsize
 
 
-_KEEP_ARRAYS = ()  # no array values are needed by the engine
+_KEEP_ARRAYS = (".expert_used_count",)  # key suffixes whose array values are kept (per-layer top-k)
 
 
 def read_header(path: Path, shard: int = 0) -> ShardHeader:
@@ -113,7 +114,7 @@ def read_header(path: Path, shard: int = 0) -> ShardHeader:
             for _ in range(n_kv):
                 key = r.string()
                 vtype = r.u32()
-                kv[key] = r.value(vtype, keep=key in _KEEP_ARRAYS)
+                kv[key] = r.value(vtype, keep=key.endswith(_KEEP_ARRAYS))
             raw = []
             for _ in range(n_tensors):
                 name = r.string()
@@ -204,6 +205,38 @@ class ModelLayout:
     nonexpert_bytes: int = 0
     chat_template: str = ""  # tokenizer.chat_template ("" when the file has none)
     dense: dict[str, DenseTensor] = field(default_factory=dict)  # every non-expert tensor, by name
+    # layout facts from the file (all but the routed experts stay resident)
+    n_layer_nextn: int = 0  # nextn (MTP) layers: the last ones of block_count, not part of the trunk
+    expert_used_by_layer: tuple[int, ...] = ()  # top-k per layer (an expert_used_count array, or one value)
+    expert_used_is_array: bool = False  # the file gives expert_used_count per layer
+    nextn_bytes: int = 0  # bytes of the nextn layers' tensors (loaded by llama.cpp only for MTP)
+    shared_experts: tuple[str, ...] = ()  # ffn_*_shexp tensors (resident)
+    companions: tuple[str, ...] = ()  # .scale/.bias of routed-expert tensors (resident)
+
+    @property
+    def n_layer_trunk(self) -> int:
+        return self.n_layer - self.n_layer_nextn
+
+    def facts(self) -> str:
+        """The layout facts beyond plain routed experts in every layer, in one line ("" when there are none)."""
+        out = []
+        if self.dense_layers:
+            out.append(f"dense layers {self.dense_layers} (no experts)")
+        if self.n_layer_nextn:
+            out.append(f"{self.n_layer_nextn} nextn (MTP) layer(s) not in the trunk ({self.nextn_bytes / 1048576:.1f} "
+                       "MiB, not loaded)")
+        if self.shared_experts:
+            out.append(f"{len(self.shared_experts)} shared-expert tensors resident")
+        if self.companions:
+            out.append(f"{len(self.companions)} expert .scale/.bias companions resident")
+        if self.expert_used_is_array:
+            out.append(f"top-k per layer {list(self.expert_used_by_layer)}")
+        return "; ".join(out)
+
+    @property
+    def dense_layers(self) -> list[int]:
+        """Trunk layers without routed experts (leading dense blocks and the like): resident."""
+        return [il for il in range(self.n_layer_trunk) if il not in self.by_layer]
 
     @property
     def moe_layers(self) -> list[int]:
@@ -224,39 +257,75 @@ class ModelLayout:
 # blk.<il>.<name>.<suffix>: only a `.weight` of a streamed name is a routed-expert tensor; its `.bias`
 # companions (gpt-oss) and every other per-layer tensor are dense bytes of that layer
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias|scale)$")
+_NEXTN_RE = re.compile(r"^blk\.(\d+)\.")  # any tensor of a block, whatever its suffix (blk.<il>.ssm_a has none)
+
+
+def _int(v: object) -> int:
+    return int(v or 0) if not isinstance(v, list) else max((int(x) for x in v), default=0)
+
+
+def _expert_used(kv: dict[str, object], arch: str, n_layer: int, path: Path) -> tuple[tuple[int, ...], bool]:
+    v = kv.get(f"{arch}.expert_used_count")
+    if isinstance(v, list):
+        if len(v) != n_layer:
+            raise UserError(f"{path}: {arch}.expert_used_count has {len(v)} values for {n_layer} layers")
+        return tuple(int(x) for x in v), True
+    return (int(v or 0),) * n_layer, False
+
+
+def _unknown_layout(path: Path, arch: str, names: list[str]) -> UserError:
+    kinds = sorted({m.group(2) for n in names if (m := _BLK_RE.match(n)) and m.group(2).endswith("_exps")})
+    found = f"its expert tensors are {', '.join(kinds)}" if kinds else "it has no *_exps expert tensors"
+    return UserError(f"{path}: MoE architecture '{arch}' has an expert layout bmoe does not know ({found}); "
+                     f"supported: {', '.join(STANDARD)} per layer (bmoe --list-archs)")
 
 
 def load_layout(model: Path | str) -> ModelLayout:
-    """Parse every shard's header and resolve the routed-expert tensors. Refuses dense models and
-    architectures not in the registry with one line naming the supported set."""
+    """Parse every shard's header and resolve the routed-expert tensors. Refuses, with one line naming what is
+    supported, a dense model, an architecture llama.cpp cannot load and an unknown expert layout."""
     first = Path(model)
     h0 = read_header(first, 0)
     arch = str(h0.kv.get("general.architecture", "") or "")
     if not arch:
         raise UserError(f"{first}: no general.architecture in the GGUF metadata; not a llama.cpp model")
+    if arch not in LLAMA_ARCHS:
+        raise UserError(f"{first}: architecture '{arch}' is not one the pinned llama.cpp can load; bmoe streams "
+                        f"MoE models llama.cpp loads whose experts follow its standard names ({supported()} are "
+                        "tested; bmoe --list-archs)")
     n_expert = int(h0.kv.get(f"{arch}.expert_count", 0) or 0)
     if n_expert <= 1:
         raise UserError(
             f"{first}: '{arch}' is a dense model (no routed experts); bmoe streams MoE models "
             f"({supported()}); run it with plain llama.cpp"
         )
-    row = REGISTRY.get(arch)
-    if row is None:
-        raise UserError(
-            f"{first}: MoE architecture '{arch}' is not supported; supported: {supported()} (bmoe --list-archs)")
+    row = row_for(arch)
     paths = shard_paths(first, h0.kv)
     headers = [h0] + [read_header(p, i) for i, p in enumerate(paths[1:], start=1)]
     n_layer = int(h0.kv.get(f"{arch}.block_count", 0) or 0)
+    used, is_arr = _expert_used(h0.kv, arch, n_layer, first)
+    n_nextn = int(h0.kv.get(f"{arch}.nextn_predict_layers", 0) or 0)
+    if not 0 <= n_nextn < n_layer:
+        raise UserError(f"{first}: {arch}.nextn_predict_layers is {n_nextn} of {n_layer} layers")
     lay = ModelLayout(
         arch=arch, row=row, n_layer=n_layer, n_expert=n_expert,
-        n_expert_used=int(h0.kv.get(f"{arch}.expert_used_count", 0) or 0),
+        n_expert_used=_int(h0.kv.get(f"{arch}.expert_used_count")),
         shards=paths, file_bytes=sum(h.file_size for h in headers),
         chat_template=str(h0.kv.get("tokenizer.chat_template", "") or ""),
+        n_layer_nextn=n_nextn, expert_used_by_layer=used, expert_used_is_array=is_arr,
     )
     streamed = set(row.expert_tensors)
+    shexp, comp = [], []
     for h in headers:
         for t in h.tensors:
+            blk = _NEXTN_RE.match(t.name)
+            if blk and lay.n_layer_nextn and int(blk.group(1)) >= lay.n_layer_trunk:
+                lay.nextn_bytes += t.nbytes  # not part of the trunk's graph: neither streamed nor resident
+                continue
             m = _BLK_RE.match(t.name)
+            if m and m.group(2).endswith("_shexp"):
+                shexp.append(t.name)
+            elif m and m.group(2) in streamed and m.group(3) != "weight":
+                comp.append(t.name)
             if m and m.group(2) in streamed and m.group(3) == "weight":
                 il = int(m.group(1))
                 if len(t.shape) != 3 or t.shape[2] != n_expert:
@@ -271,11 +340,12 @@ def load_layout(model: Path | str) -> ModelLayout:
                 if m:
                     il = int(m.group(1))
                     lay.dense_bytes_by_layer[il] = lay.dense_bytes_by_layer.get(il, 0) + t.nbytes
+    lay.shared_experts, lay.companions = tuple(shexp), tuple(comp)
     if not lay.experts:
-        raise UserError(
-            f"{first}: no routed-expert tensors ({', '.join(row.expert_tensors)}) found; is the file complete?")
+        raise _unknown_layout(first, arch, [t.name for h in headers for t in h.tensors])
     for il, ts in lay.by_layer.items():
         kinds = sorted(t.kind for t in ts)
         if kinds != sorted(streamed):
-            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(streamed)}")
+            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(streamed)}; "
+                            "an expert layout bmoe does not know (bmoe --list-archs)")
     return lay

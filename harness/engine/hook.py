@@ -157,6 +157,7 @@ class StreamHook:
         self.replay = replay  # RouteReplay: overwrite the selected ids with a recorded trace's
         self.decode_index = -1
         self._first_moe_layer = min(layout.by_layer)
+        self._routed: set[int] = set()  # layers whose routing node has been seen (it precedes their matmuls)
         self._preloaded: set[int] = set()
         self._evict_due = False  # the last batch's evictions are still to be decided
         self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
@@ -252,6 +253,11 @@ class StreamHook:
         if et is None:
             self.bound[src] = None
             return None
+        if et.layer not in self._routed:
+            raise HookError(
+                f"{name}: an expert matmul with no '{self.layout.row.topk_node}-{et.layer}' routing node before it; "
+                f"'{self.layout.arch}' does not route through llama.cpp's standard MoE builder, so it needs a row "
+                "of its own in the registry")
         t0 = time.perf_counter_ns()
         tt = tensor_at(src)
         shape = tuple(int(tt.ne[i]) for i in range(len(et.shape)))
@@ -294,6 +300,7 @@ class StreamHook:
         tt = tensor_at(t)
         name = tt.name.decode()
         il = int(name[len(self.topk_prefix):])
+        self._routed.add(il)
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])

@@ -1,31 +1,42 @@
-"""Supported MoE architectures: one row each. A new architecture is one row here.
+"""Which MoE architectures stream, and how. The registry keeps only the quirks.
 
-The row names which per-layer tensors hold the routed experts (streamed) and which graph node carries
-the routing decision. Everything else (shared experts, router, attention, norms) stays resident.
-Expert counts, top-k and tensor layouts always come from the model file, never from the row.
+An architecture llama.cpp loads whose routed experts are `blk.<il>.ffn_{gate,up,down}_exps.weight` and whose
+routing decision is the `ffn_moe_topk-<il>` node of llama.cpp's shared MoE builder streams through the
+default row, with no row of its own. A row here names what differs (the tensors' graph order, another
+routing node). Everything that is not a routed-expert matrix (shared experts, router, expert biases and
+scales, leading dense blocks, attention, norms) stays resident. Expert counts, top-k (per layer or not),
+nextn layers and tensor layouts always come from the model file, never from a row.
+
+`COVERED` is documentation with a test behind each line: the architectures streamed byte-identically in CI on
+a synthetic model, what their layout holds, and the gate that covers them (`bmoe --list-archs`, README).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+STANDARD: tuple[str, ...] = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 
 
 @dataclass(frozen=True)
 class ArchRow:
     arch: str
-    expert_tensors: tuple[str, ...]  # blk.<il>.<name>.weight, in graph order: the last one (down) is
-    # computed after the others, so its reads may overlap their compute
+    expert_tensors: tuple[str, ...] = STANDARD  # blk.<il>.<name>.weight, in graph order: the last one (down)
+    # is computed after the others, so its reads may overlap their compute
     topk_node: str = "ffn_moe_topk"  # graph node "<topk_node>-<il>" holding the selected expert ids
     note: str = ""
 
 
+DEFAULT = ArchRow("*", note="standard layout: llama.cpp's shared MoE builder, separate gate/up/down experts")
+
+# quirks only: an architecture whose layout the default row does not describe
 REGISTRY: dict[str, ArchRow] = {
     row.arch: row
     for row in (
-        ArchRow("qwen3moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
-                note="Qwen3 MoE (e.g. Qwen3-30B-A3B); router resident"),
-        ArchRow("qwen2moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
-                note="Qwen2/Qwen1.5 MoE; shared experts (ffn_*_shexp) and router stay resident"),
         # gpt-oss computes up before gate. Its per-expert biases (ffn_*_exps.bias, added to the selected
         # experts' outputs by ADD_ID nodes) stay resident: 4*(2*n_ff_exp + n_embd) bytes per expert, 0.26% of its
         # MXFP4 weights; streaming them would add three sub-page reads per expert miss for no memory worth having
@@ -35,12 +46,96 @@ REGISTRY: dict[str, ArchRow] = {
 }
 
 
+def row_for(arch: str) -> ArchRow:
+    """The architecture's own row, else the default row under its name."""
+    row = REGISTRY.get(arch)
+    return row if row is not None else dataclasses.replace(DEFAULT, arch=arch)
+
+
+@dataclass(frozen=True)
+class Covered:
+    arch: str
+    layout: str  # what the layout holds besides the streamed experts (all of it resident)
+    gate: str  # the test module whose byte-identity gates cover it
+
+
+_GATES = "tests/test_arch_gates.py"
+
+# one line per architecture; other engineers' architectures are added as lines of their own
+COVERED: tuple[Covered, ...] = (
+    Covered("qwen3moe", "router; q/k norms", "tests/test_engine_gates.py"),
+    Covered("qwen2moe", "shared expert (ffn_*_shexp) and its gate", "tests/test_engine_gates.py"),
+    Covered("gpt-oss", "expert biases (.bias), router bias, attention sinks; up before gate", "tests/test_gptoss.py"),
+    Covered("olmoe", "router; q/k norms over the full width", _GATES),
+    Covered("granitemoe", "router; logit/residual/embedding scales", _GATES),
+    Covered("llama", "Mixtral: router; per-expert .scale companions (optional, resident)", _GATES),
+    Covered("deepseek2", "latent attention (kv_a/kv_b); expert groups; shared expert; exp_probs_b; "
+                         "leading dense blocks", _GATES),
+    Covered("glm4moe", "nextn (MTP) layer in block_count, not in the trunk; leading dense blocks; shared expert; "
+                       "exp_probs_b; q/k/v biases", _GATES),
+    Covered("ernie4_5-moe", "leading dense blocks; shared expert; exp_probs_b", _GATES),
+    Covered("hunyuan-moe", "shared expert; q/k norms", _GATES),
+    Covered("dots1", "leading dense blocks; shared expert; exp_probs_b", _GATES),
+    Covered("bailingmoe2", "fused qkv; leading dense blocks; shared expert; exp_probs_b", _GATES),
+)
+
+
 def supported() -> str:
-    return ", ".join(sorted(REGISTRY))
+    return ", ".join(c.arch for c in sorted(COVERED, key=lambda c: c.arch))
 
 
 def list_archs_text() -> str:
-    lines = ["supported MoE architectures (streamed tensors; everything else stays resident):"]
-    for row in sorted(REGISTRY.values(), key=lambda r: r.arch):
-        lines.append(f"  {row.arch:10s} {', '.join(row.expert_tensors)}  - {row.note}")
+    lines = ["MoE architectures streamed byte-identically in CI (streamed tensors | resident layout facts):"]
+    for c in sorted(COVERED, key=lambda c: c.arch):
+        row = row_for(c.arch)
+        quirk = "" if c.arch not in REGISTRY else "  [own row]"
+        lines.append(f"  {c.arch:13s} {', '.join(row.expert_tensors)} | {c.layout}{quirk}")
+    lines.append("Any other architecture llama.cpp loads whose routed experts are ffn_gate_exps, ffn_up_exps, "
+                 "ffn_down_exps with an ffn_moe_topk node streams through the default row (no gate of its own).")
     return "\n".join(lines)
+
+
+# -- the README's architecture table ------------------------------------------------------------------------------
+
+README_BEGIN = "<!-- bmoe archs: generated by `python -m harness.engine.registry --update-readme README.md` -->"
+README_END = "<!-- end of bmoe archs -->"
+
+
+def readme_table() -> str:
+    rows = ["| architecture | streamed experts | resident layout facts | gate |", "|---|---|---|---|"]
+    for c in sorted(COVERED, key=lambda c: c.arch):
+        row = row_for(c.arch)
+        own = "" if c.arch not in REGISTRY else " (own row)"
+        rows.append(f"| `{c.arch}` | {', '.join(f'`{t}`' for t in row.expert_tensors)}{own} | "
+                    f"{c.layout.replace('|', '/')} | `{c.gate}` |")
+    rows.append("| any other llama.cpp MoE arch | `ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps` (default row) | "
+                "everything but the routed experts | none of its own |")
+    return "\n".join(rows)
+
+
+def readme_section() -> str:
+    return f"{README_BEGIN}\n{readme_table()}\n{README_END}"
+
+
+def update_readme(path: Path) -> None:
+    text = path.read_text()
+    a, b = text.find(README_BEGIN), text.find(README_END)
+    if a < 0 or b < a:
+        raise SystemExit(f"{path}: no generated architecture table (the markers {README_BEGIN!r} ... {README_END!r})")
+    path.write_text(text[:a] + readme_section() + text[b + len(README_END):])
+
+
+def _main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.engine.registry", allow_abbrev=False,
+                                description="The README's architecture table, derived from the registry.")
+    p.add_argument("--update-readme", metavar="README", help="rewrite the table between its markers in place")
+    ns = p.parse_args(argv)
+    if ns.update_readme:
+        update_readme(Path(ns.update_readme))
+    else:
+        print(readme_section())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

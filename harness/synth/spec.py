@@ -11,6 +11,12 @@ from harness.synth.tokenizer import TEMPLATES, specials_for
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
 ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
 MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
+# archs whose layout lives in its own module under harness/synth/archs/ (that package's LAYOUTS, which checks
+# the arch-specific fields itself)
+MODULE_ARCHS: tuple[str, ...] = ("granitemoe", "llama", "deepseek2", "glm4moe", "ernie4_5-moe", "hunyuan-moe", "dots1",
+                                 "bailingmoe2")
+ARCHS = ARCHS + MODULE_ARCHS
+MOE_ARCHS = MOE_ARCHS | frozenset(MODULE_ARCHS)
 EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
 DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
 
@@ -45,6 +51,13 @@ class ModelSpec:
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
     rope_yarn_orig_ctx: int = 0  # YaRN's original context length
     n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
+    # integer knobs of an arch that has its own module under harness/synth/archs/ (name, value), over that
+    # module's PARAMS defaults, e.g. (("q_lora_rank", 1024),)
+    arch_params: tuple[tuple[str, int], ...] = ()
+    expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array (any MoE arch)
+
+    def param(self, name: str, default: int) -> int:
+        return dict(self.arch_params).get(name, default)
 
     @property
     def is_moe(self) -> bool:
@@ -83,6 +96,8 @@ def validate(spec: ModelSpec) -> None:
     ):
         _need(val >= 1, f"{flag} must be at least 1 (got {val})")
     _need(spec.seed >= 0, f"--seed must be >= 0 (got {spec.seed})")
+    _need(not spec.expert_used_per_layer or len(spec.expert_used_per_layer) == spec.n_layer,
+          f"expert_used_per_layer has {len(spec.expert_used_per_layer)} values for {spec.n_layer} layers")
     _need(
         not spec.chat_template or spec.chat_template in TEMPLATES,
         f"--chat-template {spec.chat_template!r} is not one of {', '.join(TEMPLATES)}",

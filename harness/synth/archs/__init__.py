@@ -1,0 +1,40 @@
+"""Synthetic layouts of the architectures that have a module of their own here: each module gives the arch's own
+metadata keys (`kvs`, appended to the common ones in plan.py) and its complete tensor list (`tensors`), exactly
+what llama.cpp's loader for that arch creates. One entry per arch below."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.synth.archs import (
+    bailingmoe2,
+    deepseek2,
+    dots1,
+    ernie4_5_moe,
+    glm4moe,
+    granitemoe,
+    hunyuan_moe,
+    llama,
+)
+from harness.synth.gguf_encode import KV
+from harness.synth.spec import ModelSpec
+from harness.synth.tensors import TensorPlan
+
+
+@dataclass(frozen=True)
+class ArchLayout:
+    kvs: Callable[[ModelSpec], list[KV]]
+    tensors: Callable[[ModelSpec], list[TensorPlan]]
+
+
+LAYOUTS: dict[str, ArchLayout] = {
+    "granitemoe": ArchLayout(granitemoe.kvs, granitemoe.tensors),
+    "llama": ArchLayout(llama.kvs, llama.tensors),
+    "deepseek2": ArchLayout(deepseek2.kvs, deepseek2.tensors),
+    "glm4moe": ArchLayout(glm4moe.kvs, glm4moe.tensors),
+    "ernie4_5-moe": ArchLayout(ernie4_5_moe.kvs, ernie4_5_moe.tensors),
+    "hunyuan-moe": ArchLayout(hunyuan_moe.kvs, hunyuan_moe.tensors),
+    "dots1": ArchLayout(dots1.kvs, dots1.tensors),
+    "bailingmoe2": ArchLayout(bailingmoe2.kvs, bailingmoe2.tensors),
+}
