@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from harness.engine.registry import REGISTRY, ArchRow, supported
+from harness.engine.registry import FUSED_EXPERTS, REGISTRY, ArchRow, supported
 from harness.errors import UserError
 from harness.formats.gguf_types import GGUFValueType, scalar_format
 
@@ -253,7 +253,9 @@ def load_layout(model: Path | str) -> ModelLayout:
         shards=paths, file_bytes=sum(h.file_size for h in headers),
         chat_template=str(h0.kv.get("tokenizer.chat_template", "") or ""),
     )
-    streamed = set(row.expert_tensors)
+    # a fused tensor (gate_up) stands for its parts wherever the file has it
+    fused = {f: parts for f, parts in FUSED_EXPERTS.items() if set(parts) <= set(row.expert_tensors)}
+    streamed = set(row.expert_tensors) | set(fused)
     for h in headers:
         for t in h.tensors:
             m = _BLK_RE.match(t.name)
@@ -276,6 +278,10 @@ def load_layout(model: Path | str) -> ModelLayout:
             f"{first}: no routed-expert tensors ({', '.join(row.expert_tensors)}) found; is the file complete?")
     for il, ts in lay.by_layer.items():
         kinds = sorted(t.kind for t in ts)
-        if kinds != sorted(streamed):
-            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(streamed)}")
+        want = set(row.expert_tensors)
+        for f, parts in fused.items():
+            if f in kinds:
+                want = (want - set(parts)) | {f}
+        if kinds != sorted(want):
+            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(want)}")
     return lay

@@ -19,6 +19,11 @@ class ArchRow:
     note: str = ""
 
 
+# Expert tensors a file may fuse: ffn_gate_up_exps {n_embd, 2*n_ff_exp, n_expert} replaces a row's gate and up
+# wherever llama.cpp's loader allows it (one MUL_MAT_ID, "ffn_moe_gate_up"). A fact of the file, read per layer by
+# gguf_layout, never a row of its own.
+FUSED_EXPERTS: dict[str, tuple[str, ...]] = {"ffn_gate_up_exps": ("ffn_gate_exps", "ffn_up_exps")}
+
 REGISTRY: dict[str, ArchRow] = {
     row.arch: row
     for row in (
@@ -31,6 +36,11 @@ REGISTRY: dict[str, ArchRow] = {
         # MXFP4 weights; streaming them would add three sub-page reads per expert miss for no memory worth having
         ArchRow("gpt-oss", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
                 note="OpenAI gpt-oss (MXFP4 experts); expert biases, router (+bias), attention sinks resident"),
+        # gemma4 computes its router outside the shared MoE builder (rms_norm(attn_out) * ffn_gate_inp.scale) and
+        # passes the logits in; the selection is still ffn_moe_topk. Its files fuse gate and up (FUSED_EXPERTS);
+        # the per-expert ffn_down_exps.scale {n_expert} and the dense MLP beside the experts stay resident
+        ArchRow("gemma4", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="Gemma 4 MoE (fused gate_up); dense MLP, router (+scale), ffn_down_exps.scale resident"),
     )
 }
 

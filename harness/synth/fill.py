@@ -117,6 +117,13 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
             yield np.ones((r1 - r0) * t.ne[0], dtype="<f4").tobytes()
             continue
         rng = _rng(seed, t.name, ci)
+        if t.init == "expert_ids":  # each row: ne[0] distinct expert ids in [0, std)
+            ids = np.argsort(rng.random((r1 - r0, int(t.std))), axis=1)[:, : t.ne[0]]
+            yield ids.astype("<i4").tobytes()
+            continue
+        if t.init == "one_plus":
+            yield (1.0 + _normal_rows(t, rng, r0, r1)).astype("<f4").tobytes()
+            continue
         if t.init == "blocks":
             n_blocks = (r1 - r0) * t.ne[0] // blk
             if t.dtype == "q4_k":

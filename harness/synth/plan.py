@@ -11,6 +11,7 @@ from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
+from harness.synth.archs import LAYOUTS
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
 from harness.synth.spec import ModelSpec, validate
 from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
@@ -96,7 +97,9 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
             KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
         ]
-    if a == "qwen3":
+    if a in LAYOUTS:
+        kvs += LAYOUTS[a].kvs(spec)
+    elif a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp))
@@ -161,7 +164,7 @@ def assign_shards(sizes: list[int], n_split: int) -> list[list[int]]:
 
 def plan_model(spec: ModelSpec) -> ModelPlan:
     validate(spec)
-    tensors = plan_tensors(spec)
+    tensors = LAYOUTS[spec.arch].tensors(spec) if spec.arch in LAYOUTS else plan_tensors(spec)
     if spec.n_split > len(tensors):
         raise UserError(f"--split {spec.n_split} is more than the model's {len(tensors)} tensors")
     kvs = plan_kvs(spec)

@@ -11,6 +11,11 @@ from harness.synth.tokenizer import TEMPLATES, specials_for
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
 ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
 MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
+# archs whose layout lives in its own module under harness/synth/archs/ (that package's LAYOUTS, which checks
+# the arch-specific fields itself)
+MODULE_ARCHS: tuple[str, ...] = ("gemma4", "deepseek4", "bailingmoe3")
+ARCHS = ARCHS + MODULE_ARCHS
+MOE_ARCHS = MOE_ARCHS | frozenset(MODULE_ARCHS)
 EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
 DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
 
@@ -45,6 +50,7 @@ class ModelSpec:
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
     rope_yarn_orig_ctx: int = 0  # YaRN's original context length
     n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
+    swa_period: int = 0  # gemma4: every swa_period-th layer is full attention (0: the arch module's default)
 
     @property
     def is_moe(self) -> bool:

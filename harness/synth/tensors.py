@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from harness.synth import tokenizer as tok
 from harness.synth.spec import ModelSpec
 
-GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39}
+GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39, "i32": 26}
 # dtype -> (elements per block, bytes per block)
 BLOCK: dict[str, tuple[int, int]] = {
     "f32": (1, 4),
@@ -18,6 +18,7 @@ BLOCK: dict[str, tuple[int, int]] = {
     "q8_0": (32, 34),
     "q4_k": (256, 144),
     "mxfp4": (32, 17),
+    "i32": (1, 4),  # index tables (deepseek4's token -> expert map)
 }
 
 # Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
@@ -38,8 +39,9 @@ SINK_STD = 1.0
 class TensorPlan:
     name: str
     ne: tuple[int, ...]
-    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4
-    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks)
+    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4 | i32
+    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks) | "one_plus"
+    # (f32 1 + std * gaussian: scales) | "expert_ids" (i32 rows of ne[0] distinct ids below `std`)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
     layer: int = -1
