@@ -98,7 +98,7 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
         ]
     if a in LAYOUTS:
-        kvs += LAYOUTS[a].kvs(spec)
+        pass  # its own keys are merged in at the end
     elif a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":
@@ -132,6 +132,9 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
     ]
     if tok.TEMPLATES[spec.chat_template or tok.default_template(a)] is not None:
         kvs.append(KV("tokenizer.chat_template", s, sp.template))
+    if a in LAYOUTS:  # an arch module's key replaces a common one of the same name (e.g. a per-layer array)
+        own = {kv.key: kv for kv in LAYOUTS[a].kvs(spec)}
+        kvs = [own.pop(kv.key, kv) for kv in kvs] + list(own.values())
     return kvs
 
 

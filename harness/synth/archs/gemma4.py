@@ -49,32 +49,52 @@ def _check(spec: ModelSpec) -> None:
             raise UserError(f"{flag} {width} is not a multiple of {blk}, which --dense-type {spec.dense_type} needs")
 
 
+def _full(spec: ModelSpec) -> tuple[int, int]:
+    """(head size, KV heads) of the full-attention layers."""
+    return spec.head_dim_full or spec.head_dim, spec.n_head_kv_full or spec.n_head_kv
+
+
 def kvs(spec: ModelSpec) -> list[KV]:
     a, u32, f32 = spec.arch, VT.UINT32, VT.FLOAT32
-    return [
+    hd_full, kv_full = _full(spec)
+    pattern = swa_pattern(spec)
+    out = [
         KV(f"{a}.feed_forward_length", u32, spec.n_ff),
         KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp),
+        # key_length is the full-attention layers' head size, key_length_swa the sliding ones'
+        KV(f"{a}.attention.key_length", u32, hd_full),
+        KV(f"{a}.attention.value_length", u32, hd_full),
         KV(f"{a}.attention.key_length_swa", u32, spec.head_dim),
         KV(f"{a}.attention.value_length_swa", u32, spec.head_dim),
+        KV(f"{a}.rope.dimension_count", u32, hd_full),
+        KV(f"{a}.rope.dimension_count_swa", u32, spec.head_dim),
         KV(f"{a}.attention.sliding_window", u32, spec.n_swa),
-        KV(f"{a}.attention.sliding_window_pattern", VT.ARRAY, swa_pattern(spec), VT.BOOL),
+        KV(f"{a}.attention.sliding_window_pattern", VT.ARRAY, pattern, VT.BOOL),
+        KV(f"{a}.attention.shared_kv_layers", u32, 0),
         KV(f"{a}.rope.freq_base_swa", f32, 10000.0),
         KV(f"{a}.embedding_length_per_layer_input", u32, 0),
         KV(f"{a}.final_logit_softcapping", f32, SOFTCAP),
     ]
+    if kv_full != spec.n_head_kv:  # as the published 26B: a per-layer array
+        heads = [spec.n_head_kv if swa else kv_full for swa in pattern]
+        out.append(KV(f"{a}.attention.head_count_kv", VT.ARRAY, heads, VT.INT32))
+    return out
 
 
-def _layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    d, dt, hd, e, ff, fe = spec.n_embd, spec.dense_type, spec.head_dim, spec.n_expert, spec.n_ff, spec.n_ff_exp
-    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
+def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
+    d, dt, e, ff, fe = spec.n_embd, spec.dense_type, spec.n_expert, spec.n_ff, spec.n_ff_exp
+    hd, n_head_kv = (spec.head_dim, spec.n_head_kv) if swa else _full(spec)
+    n_q, n_kv = spec.n_head * hd, n_head_kv * hd
     et = spec.expert_type
     init = "normal" if et == "f32" else "blocks"
     p = f"blk.{il}."
+    # full-attention layers have no attn_v (V = K, the loader's "alternative attention"), as the published files
+    attn_v = [_lin(p + "attn_v.weight", d, n_kv, dt, il)] if swa else []
     return [
         _ones(p + "attn_norm.weight", d, il),
         _lin(p + "attn_q.weight", d, n_q, dt, il),
         _lin(p + "attn_k.weight", d, n_kv, dt, il),
-        _lin(p + "attn_v.weight", d, n_kv, dt, il),
+        *attn_v,
         _lin(p + "attn_output.weight", n_q, d, dt, il),
         _ones(p + "attn_q_norm.weight", hd, il),
         _ones(p + "attn_k_norm.weight", hd, il),
@@ -108,8 +128,8 @@ def tensors(spec: ModelSpec) -> list[TensorPlan]:
     out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), spec.dense_type, "normal", EMBD_STD / math.sqrt(d), ctrl)]
     pattern = swa_pattern(spec)
     if not all(pattern):  # one rope_freqs for every full-attention layer (the loader's TENSOR_DUPLICATED)
-        out.append(_ones("rope_freqs.weight", spec.head_dim // 2, -1))
+        out.append(_ones("rope_freqs.weight", _full(spec)[0] // 2, -1))
     for il in range(spec.n_layer):
-        out += _layer(spec, il)
+        out += _layer(spec, il, pattern[il])
     out.append(_ones("output_norm.weight", d, -1))
     return out
