@@ -204,6 +204,9 @@ class ModelLayout:
     nonexpert_bytes: int = 0
     chat_template: str = ""  # tokenizer.chat_template ("" when the file has none)
     dense: dict[str, DenseTensor] = field(default_factory=dict)  # every non-expert tensor, by name
+    # layers that select experts by token id (a blk.<il>.ffn_gate_tid2eid table: deepseek4's hash routing); their
+    # ffn_moe_topk node is a GET_ROWS of that table
+    token_routed_layers: tuple[int, ...] = ()
 
     @property
     def moe_layers(self) -> list[int]:
@@ -273,6 +276,8 @@ def load_layout(model: Path | str) -> ModelLayout:
                 if m:
                     il = int(m.group(1))
                     lay.dense_bytes_by_layer[il] = lay.dense_bytes_by_layer.get(il, 0) + t.nbytes
+    lay.token_routed_layers = tuple(sorted(
+        int(m.group(1)) for name in lay.dense if (m := _BLK_RE.match(name)) and m.group(2) == "ffn_gate_tid2eid"))
     if not lay.experts:
         raise UserError(
             f"{first}: no routed-expert tensors ({', '.join(row.expert_tensors)}) found; is the file complete?")

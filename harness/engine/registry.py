@@ -41,6 +41,11 @@ REGISTRY: dict[str, ArchRow] = {
         # the per-expert ffn_down_exps.scale {n_expert} and the dense MLP beside the experts stay resident
         ArchRow("gemma4", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
                 note="Gemma 4 MoE (fused gate_up); dense MLP, router (+scale), ffn_down_exps.scale resident"),
+        # deepseek4's first hash_layer_count layers select experts by token id: their ffn_moe_topk is a GET_ROWS of
+        # ffn_gate_tid2eid (resident), which the hook isolates like an argsort view (gguf_layout: token_routed_layers)
+        ArchRow("deepseek4", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="DeepSeek V4 (e.g. V4 Flash); token-id routed first layers; shared expert, router (+exp_probs_b), "
+                     "hyper-connections, compressed attention resident"),
     )
 }
 

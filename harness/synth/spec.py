@@ -50,9 +50,12 @@ class ModelSpec:
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
     rope_yarn_orig_ctx: int = 0  # YaRN's original context length
     n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
-    swa_period: int = 0  # gemma4: every swa_period-th layer is full attention (0: the arch module's default)
-    head_dim_full: int = 0  # gemma4: head size of the full-attention layers (0: head_dim)
-    n_head_kv_full: int = 0  # gemma4: KV heads of the full-attention layers (0: n_head_kv)
+    # integer knobs of an arch that has its own module under harness/synth/archs/ (name, value), over that
+    # module's PARAMS defaults, e.g. (("q_lora_rank", 1024),)
+    arch_params: tuple[tuple[str, int], ...] = ()
+
+    def param(self, name: str, default: int) -> int:
+        return dict(self.arch_params).get(name, default)
 
     @property
     def is_moe(self) -> bool:

@@ -27,7 +27,9 @@ from harness.synth.tensors import (
 )
 from harness.synth.tokenizer import build_vocab, specials_for
 
-SWA_PERIOD = 4  # default: every 4th layer full attention (the 26B has 5 sliding : 1 full: swa_period 6)
+# arch_params: swa_period (every n-th layer is full attention; default 4, the 26B has 5 sliding : 1 full, so 6),
+# head_dim_full and n_head_kv_full (the full-attention layers' head size and KV heads; default those of the rest)
+SWA_PERIOD = 4
 SOFTCAP = 30.0
 DOWN_SCALE_STD = 0.25  # the per-expert down scales spread around 1, so a wrong expert's scale shows
 # tied head: with the input embedding as strong as the layers' outputs, the logits of a random model favour the
@@ -38,7 +40,7 @@ EMBD_STD = 0.1
 
 def swa_pattern(spec: ModelSpec) -> list[bool]:
     """True for a sliding-window layer; the last of every swa_period layers (and the last layer) is full attention."""
-    every = spec.swa_period or SWA_PERIOD
+    every = spec.param("swa_period", SWA_PERIOD)
     return [not ((il + 1) % every == 0 or il == spec.n_layer - 1) for il in range(spec.n_layer)]
 
 
@@ -51,7 +53,7 @@ def _check(spec: ModelSpec) -> None:
 
 def _full(spec: ModelSpec) -> tuple[int, int]:
     """(head size, KV heads) of the full-attention layers."""
-    return spec.head_dim_full or spec.head_dim, spec.n_head_kv_full or spec.n_head_kv
+    return spec.param("head_dim_full", spec.head_dim), spec.param("n_head_kv_full", spec.n_head_kv)
 
 
 def kvs(spec: ModelSpec) -> list[KV]:
