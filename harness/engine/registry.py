@@ -46,6 +46,11 @@ REGISTRY: dict[str, ArchRow] = {
         ArchRow("deepseek4", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
                 note="DeepSeek V4 (e.g. V4 Flash); token-id routed first layers; shared expert, router (+exp_probs_b), "
                      "hyper-connections, compressed attention resident"),
+        # bailingmoe3 (Ling 3) is a hybrid of KDA linear attention and gated MLA: both dense-side; its leading dense
+        # blocks have no expert tensors, so they are not MoE layers of the layout
+        ArchRow("bailingmoe3", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="Ling 3 (KDA linear attention + gated MLA); leading dense blocks, shared expert, router "
+                     "(+exp_probs_b) resident"),
     )
 }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.synth.archs import deepseek4, gemma4
+from harness.synth.archs import bailingmoe3, deepseek4, gemma4
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
 from harness.synth.tensors import TensorPlan
@@ -22,4 +22,5 @@ class ArchLayout:
 LAYOUTS: dict[str, ArchLayout] = {
     "gemma4": ArchLayout(gemma4.kvs, gemma4.tensors),
     "deepseek4": ArchLayout(deepseek4.kvs, deepseek4.tensors),
+    "bailingmoe3": ArchLayout(bailingmoe3.kvs, bailingmoe3.tensors),
 }
