@@ -113,5 +113,6 @@ def test_streamed_matches_resident(models, resident, tmp_path, flags):  # noqa: 
 def test_negative_controls_one_wrong_expert_and_a_zeroed_down_scale_diverge(models, resident, tmp_path):  # noqa: F811
     check_wrong_expert_diverges(models, resident, tmp_path, "gemma4", layer=1, n_expert=E)
     # the per-expert scale is read from its resident (anonymous) copy: zeroing that copy changes the output
-    r = _stream(models, tmp_path, "gemma4", "--cache-mb", "0", env={"BMOE_TEST_ZERO_DENSE": "blk.1.ffn_down_exps.scale"})
+    zero = {"BMOE_TEST_ZERO_DENSE": "blk.1.ffn_down_exps.scale"}
+    r = _stream(models, tmp_path, "gemma4", "--cache-mb", "0", env=zero)
     assert r.tokens != resident("gemma4")
