@@ -111,3 +111,26 @@ def test_hash_layers_route_by_the_token_table(models, tmp_path):
 @pytest.mark.engine
 def test_negative_control_one_wrong_expert_in_a_hash_layer_diverges(models, resident, tmp_path):  # noqa: F811
     check_wrong_expert_diverges(models, resident, tmp_path, "deepseek4", layer=0, n_expert=E)
+
+
+# Published: unsloth's DeepSeek-V4-Flash-0731-UD-IQ2_M, three shards of 5,257,664 + 49,956,780,160 +
+# 40,964,890,464 bytes (the original's app catalog): 90,926,928,288 bytes.
+PUBLISHED_BYTES = 90_926_928_288
+
+
+def test_v4_flash_dry_run_within_5pct_of_the_published_and_refused_for_writing(tmp_path: Path, capsys) -> None:
+    from harness.bench_cli import main as bench_main
+    from harness.synth import plan_model
+
+    spec = shape_spec("deepseek-v4-flash")
+    assert (spec.n_layer, spec.n_expert, spec.n_expert_used, spec.n_embd, spec.n_ff_exp) == (43, 256, 6, 4096, 2048)
+    plan = plan_model(spec)
+    experts = sum(t.nbytes for t in plan.tensors if t.expert_role)
+    assert experts == 43 * 256 * 3 * 4096 * 2048 // 256 * 82  # IQ2_S: 82 bytes per 256 weights
+    assert sum(1 for t in plan.tensors if "tid2eid" in t.name) == 3
+    assert abs(plan.total_bytes / PUBLISHED_BYTES - 1) < 0.05
+    out = tmp_path / "d.gguf"
+    assert bench_main(["make-model", str(out), "--shape", "deepseek-v4-flash", "--dry-run"]) == 0
+    assert "deepseek4, 43 layers, 256 experts top-6" in capsys.readouterr().err
+    assert bench_main(["make-model", str(out), "--shape", "deepseek-v4-flash"]) != 0
+    assert "can be sized (make-model --dry-run) but not generated" in capsys.readouterr().err and not out.exists()

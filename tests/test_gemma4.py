@@ -116,3 +116,28 @@ def test_negative_controls_one_wrong_expert_and_a_zeroed_down_scale_diverge(mode
     zero = {"BMOE_TEST_ZERO_DENSE": "blk.1.ffn_down_exps.scale"}
     r = _stream(models, tmp_path, "gemma4", "--cache-mb", "0", env=zero)
     assert r.tokens != resident("gemma4")
+
+
+# Published: bartowski's google_gemma-4-26B-A4B-it-Q4_K_M.gguf, which llama.cpp reports as 15.85 GiB (17.0 GB),
+# 128 experts of 3.76 MiB in 30 layers (the original's route-trace findings).
+PUBLISHED_GIB = 15.85
+
+
+def test_26b_a4b_shape_and_size_within_5pct_of_the_published(tmp_path: Path, capsys) -> None:
+    from harness.bench_cli import main as bench_main
+
+    spec = shape_spec("gemma-4-26b-a4b")
+    assert (spec.n_layer, spec.n_expert, spec.n_expert_used, spec.n_embd, spec.n_ff_exp, spec.n_ff) == (
+        30, 128, 8, 2816, 704, 2112)
+    plan = plan_model(spec)
+    kv = {k.key: k.value for k in plan.kvs}
+    assert kv["gemma4.attention.head_count_kv"] == [8, 8, 8, 8, 8, 2] * 5
+    assert (kv["gemma4.attention.key_length"], kv["gemma4.attention.key_length_swa"]) == (512, 256)
+    # gate_up Q4_K (2816 x 1408), down Q5_0 (704 x 2816: rows no multiple of 256)
+    per_expert = 2816 * 1408 // 256 * 144 + 704 * 2816 // 32 * 22
+    assert sum(t.nbytes for t in plan.tensors if t.expert_role) == 30 * 128 * per_expert
+    assert len(plan.tensors) == 658  # as the published file: 30 x 22 - 5 attn_v + 3
+    assert abs(plan.total_bytes / 2**30 / PUBLISHED_GIB - 1) < 0.05
+    out = tmp_path / "g.gguf"
+    assert bench_main(["make-model", str(out), "--shape", "gemma-4-26b-a4b", "--dry-run"]) == 0
+    assert "gemma4, 30 layers, 128 experts top-8" in capsys.readouterr().err and not out.exists()

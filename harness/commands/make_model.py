@@ -28,7 +28,8 @@ def make_model_cmd(
         "tiny", "--shape", help=f"Named shape: {', '.join(SHAPES)}. Flags below override it."
     ),
     arch: str | None = typer.Option(
-        None, "--arch", help="qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe."
+        None, "--arch", help="qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe, "
+        "gemma4, deepseek4, bailingmoe3."
     ),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers."),
     experts: int | None = typer.Option(None, "--experts", help="Routed experts per layer."),
@@ -43,7 +44,8 @@ def make_model_cmd(
     vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size (>= 261; byte-level)."),
     ctx: int | None = typer.Option(None, "--ctx", help="Training context length written to the metadata."),
     expert_type: str | None = typer.Option(
-        None, "--expert-type", help="f32, q8_0, q4_k or mxfp4 (default: q4_k; mxfp4 for gpt-oss)."
+        None, "--expert-type", help="f32, q8_0, q4_k, mxfp4 or q5_0 (default: q4_k; mxfp4 for gpt-oss); iq2_s for "
+        "--dry-run sizing only."
     ),
     dense_type: str | None = typer.Option(
         None, "--dense-type", help="f32, f16 or q8_0 (attention, embeddings)."

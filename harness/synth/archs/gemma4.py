@@ -116,7 +116,8 @@ def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
         _ones(p + "post_ffw_norm_2.weight", d, il),
         TensorPlan(p + "ffn_gate_up_exps.weight", (d, 2 * fe, e), et, init, EXPERT_GAIN / math.sqrt(d), (), il,
                    "gate_up"),
-        TensorPlan(p + "ffn_down_exps.weight", (fe, d, e), et, init, DOWN_GAIN / math.sqrt(fe), (), il, "down"),
+        TensorPlan(p + "ffn_down_exps.weight", (fe, d, e), spec.down_type,
+                   "normal" if spec.down_type == "f32" else "blocks", DOWN_GAIN / math.sqrt(fe), (), il, "down"),
         TensorPlan(p + "ffn_down_exps.scale", (e,), "f32", "one_plus", DOWN_SCALE_STD, layer=il),
     ]
 
