@@ -3,8 +3,9 @@
 Contract (ggml_backend_sched with an eval callback): for each graph node the scheduler first asks
 (`ask=True`); a True answer ends the current group, which is computed and synchronised, and the node is
 then passed again with `ask=False`. So:
-- `ffn_moe_topk-<il>` is isolated (True on ask); in its non-ask call the selected ids are materialised:
-  the cache accounts the layer batch and reads for the misses go to the lanes.
+- `ffn_moe_topk-<il>` (a VIEW of the argsort, a TOP_K, or a GET_ROWS where an architecture selects by token id,
+  as deepseek4's hash-routed layers do) is isolated (True on ask); in its non-ask call the selected ids are
+  materialised: the cache accounts the layer batch and reads for the misses go to the lanes.
 - a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor's data pointer
   is rebound to an anonymous reservation (asks run before compute, so nothing is ever faulted in through
   the file mapping); on every ask we wait for that tensor's reads. Before the first wait the cache
