@@ -45,7 +45,8 @@ def make_model_cmd(
     vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size (>= 261; byte-level)."),
     ctx: int | None = typer.Option(None, "--ctx", help="Training context length written to the metadata."),
     expert_type: str | None = typer.Option(
-        None, "--expert-type", help="f32, q8_0, q4_k or mxfp4 (default: q4_k; mxfp4 for gpt-oss)."
+        None, "--expert-type", help="f32, q8_0, q4_k, mxfp4 or q5_0 (default: q4_k; mxfp4 for gpt-oss); iq2_s for "
+        "--dry-run sizing only."
     ),
     dense_type: str | None = typer.Option(
         None, "--dense-type", help="f32, f16 or q8_0 (attention, embeddings)."

@@ -21,9 +21,10 @@ struct bmoe_filter {
     int64_t asks;          /* asks answered here (telemetry) */
     int64_t forwarded;     /* calls passed to Python */
     int32_t forward_all;   /* pass every ask to Python (while the dense weights are being rebound) */
+    int32_t op_get_rows;   /* a top-k node may also be a GET_ROWS (selection by token id: deepseek4) */
 };
 
-int bmoe_filter_version(void) { return 2; }
+int bmoe_filter_version(void) { return 3; }
 
 bool bmoe_filter_cb(void *t, bool ask, void *ud) {
     struct bmoe_filter *f = (struct bmoe_filter *)ud;
@@ -33,7 +34,7 @@ bool bmoe_filter_cb(void *t, bool ask, void *ud) {
             f->forwarded++;
             return f->py(t, ask, 0);
         }
-        if (op == f->op_view || op == f->op_top_k) {
+        if (op == f->op_view || op == f->op_top_k || op == f->op_get_rows) {
             const char *name = (const char *)t + f->off_name;
             if (strncmp(name, f->prefix, (size_t)f->prefix_len) == 0) {
                 f->asks++;

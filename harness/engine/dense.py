@@ -206,7 +206,11 @@ class AnonDense:
             return 0
         t = a.tensor
         n = len(t.shape)
-        if shape[:n] != t.shape or any(d != 1 for d in shape[n:]) or ggml_type != t.ggml_type:
+        same = shape[:n] == t.shape and all(d == 1 for d in shape[n:])
+        # a loader reshape (TENSOR_ALLOW_RESHAPE, e.g. deepseek4's attn_output_a {a, b*c} -> {a, b, c}) keeps the
+        # bytes: same rows, same element count
+        reshaped = shape[0] == t.shape[0] and int(np.prod(shape)) == int(np.prod(t.shape))
+        if not (same or reshaped) or ggml_type != t.ggml_type:
             raise ValueError(f"{name}: graph tensor shape {shape} type {ggml_type} does not match the GGUF "
                              f"({t.shape}, {t.ggml_type}); was the model loaded with weight repacking?")
         self.bound[addr] = a

@@ -18,6 +18,7 @@ GGML_MAX_NAME = 64
 GGML_OP_NONE = 0
 GGML_OP_MUL_MAT_ID = 30
 GGML_OP_VIEW = 37
+GGML_OP_GET_ROWS = 40  # deepseek4's hash-routed layers: ffn_moe_topk is a GET_ROWS of the token -> experts table
 GGML_OP_ARGSORT = 69
 GGML_OP_TOP_K = 70
 

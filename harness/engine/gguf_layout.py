@@ -16,7 +16,7 @@ from pathlib import Path
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from harness.engine.llama_archs import LLAMA_ARCHS
-from harness.engine.registry import STANDARD, ArchRow, row_for, supported
+from harness.engine.registry import FUSED_EXPERTS, STANDARD, ArchRow, row_for, supported
 from harness.errors import UserError
 from harness.formats.gguf_types import GGUFValueType, scalar_format
 
@@ -237,6 +237,9 @@ class ModelLayout:
     def dense_layers(self) -> list[int]:
         """Trunk layers without routed experts (leading dense blocks and the like): resident."""
         return [il for il in range(self.n_layer_trunk) if il not in self.by_layer]
+    # layers that select experts by token id (a blk.<il>.ffn_gate_tid2eid table: deepseek4's hash routing); their
+    # ffn_moe_topk node is a GET_ROWS of that table
+    token_routed_layers: tuple[int, ...] = ()
 
     @property
     def moe_layers(self) -> list[int]:
@@ -313,7 +316,9 @@ def load_layout(model: Path | str) -> ModelLayout:
         chat_template=str(h0.kv.get("tokenizer.chat_template", "") or ""),
         n_layer_nextn=n_nextn, expert_used_by_layer=used, expert_used_is_array=is_arr,
     )
-    streamed = set(row.expert_tensors)
+    # a fused tensor (gate_up) stands for its parts wherever the file has it
+    fused = {f: parts for f, parts in FUSED_EXPERTS.items() if set(parts) <= set(row.expert_tensors)}
+    streamed = set(row.expert_tensors) | set(fused)
     shexp, comp = [], []
     for h in headers:
         for t in h.tensors:
@@ -341,11 +346,17 @@ def load_layout(model: Path | str) -> ModelLayout:
                     il = int(m.group(1))
                     lay.dense_bytes_by_layer[il] = lay.dense_bytes_by_layer.get(il, 0) + t.nbytes
     lay.shared_experts, lay.companions = tuple(shexp), tuple(comp)
+    lay.token_routed_layers = tuple(sorted(
+        int(m.group(1)) for name in lay.dense if (m := _BLK_RE.match(name)) and m.group(2) == "ffn_gate_tid2eid"))
     if not lay.experts:
         raise _unknown_layout(first, arch, [t.name for h in headers for t in h.tensors])
     for il, ts in lay.by_layer.items():
         kinds = sorted(t.kind for t in ts)
-        if kinds != sorted(streamed):
-            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(streamed)}; "
+        want = set(row.expert_tensors)
+        for f, parts in fused.items():
+            if f in kinds:
+                want = (want - set(parts)) | {f}
+        if kinds != sorted(want):
+            raise UserError(f"{first}: layer {il} has expert tensors {kinds}, expected {sorted(want)}; "
                             "an expert layout bmoe does not know (bmoe --list-archs)")
     return lay

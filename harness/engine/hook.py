@@ -3,8 +3,9 @@
 Contract (ggml_backend_sched with an eval callback): for each graph node the scheduler first asks
 (`ask=True`); a True answer ends the current group, which is computed and synchronised, and the node is
 then passed again with `ask=False`. So:
-- `ffn_moe_topk-<il>` is isolated (True on ask); in its non-ask call the selected ids are materialised:
-  the cache accounts the layer batch and reads for the misses go to the lanes.
+- `ffn_moe_topk-<il>` (a VIEW of the argsort, a TOP_K, or a GET_ROWS where an architecture selects by token id,
+  as deepseek4's hash-routed layers do) is isolated (True on ask); in its non-ask call the selected ids are
+  materialised: the cache accounts the layer batch and reads for the misses go to the lanes.
 - a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor's data pointer
   is rebound to an anonymous reservation (asks run before compute, so nothing is ever faulted in through
   the file mapping); on every ask we wait for that tensor's reads. Before the first wait the cache
@@ -32,6 +33,7 @@ import numpy as np
 from harness.engine.cache import ExpertCache
 from harness.engine.ggml import (
     GGML_MAX_SRC,
+    GGML_OP_GET_ROWS,
     GGML_OP_MUL_MAT_ID,
     GGML_OP_TOP_K,
     GGML_OP_VIEW,
@@ -57,6 +59,7 @@ _c_vp = ctypes.c_void_p
 _c_size = ctypes.c_size_t
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
 FILTER_VERSION = 2  # cfilter.c's bmoe_filter_version(): 2 has forward_all
+GET_ROWS_VERSION = 3  # 3 also isolates a GET_ROWS top-k node (selection by token id)
 STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
 
@@ -101,12 +104,12 @@ class _Filter(ctypes.Structure):
     _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
                 ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
                 ("prefix_len", ctypes.c_int32), ("prefix", ctypes.c_char * 32), ("asks", ctypes.c_int64),
-                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32)]
+                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32), ("op_get_rows", ctypes.c_int32)]
 
 
-def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
+def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False, get_rows_topk: bool = False):
     """The compiled C front (cfilter.c), or None when it was not built (then Python answers every ask), or
-    when `forward_all` is needed and the built library predates it."""
+    STALE when `forward_all` or a GET_ROWS top-k node is needed and the built library predates it."""
     import glob
     import os
 
@@ -117,7 +120,7 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
     lib = ctypes.CDLL(found[0])
     lib.bmoe_filter_cb.restype = ctypes.c_bool
     version = lib.bmoe_filter_version() if hasattr(lib, "bmoe_filter_version") else 1
-    if forward_all and version < FILTER_VERSION:
+    if (forward_all and version < FILTER_VERSION) or (get_rows_topk and version < GET_ROWS_VERSION):
         return STALE
     f = _Filter()
     f.py = ctypes.cast(py_cfunc, ctypes.c_void_p).value
@@ -126,6 +129,7 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
     f.prefix_len = len(prefix)
     f.prefix = prefix
     f.forward_all = int(forward_all)
+    f.op_get_rows = GGML_OP_GET_ROWS if version >= GET_ROWS_VERSION else -1
     return lib, f
 
 
@@ -170,11 +174,14 @@ class StreamHook:
         self.cfunc = self.py_cfunc
         self.user_data: int | None = None
         self.front = "python"
-        self._filter = load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan) if use_c_filter else None
+        get_rows = bool(layout.token_routed_layers)
+        self._filter = (load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan, get_rows)
+                        if use_c_filter else None)
         self.front_note = ""
         if self._filter == STALE:
             self._filter = None
-            self.front_note = ("bmoe: the compiled callback front (cfilter.c) predates --dense-weights anon; using the "
+            needs = "token-id routed layers" if get_rows else "--dense-weights anon"
+            self.front_note = (f"bmoe: the compiled callback front (cfilter.c) predates {needs}; using the "
                                "pure-Python front (slower): rebuild it with pip install -e .")
         if self._filter is not None:
             lib, struct = self._filter
@@ -208,7 +215,7 @@ class StreamHook:
                     # isolate gate/up only while the layer's down slices are still being read, so those
                     # reads overlap gate/up compute; with nothing in flight, no extra graph split
                     return b.isolate and bool(self.inflight.get(self.last_addr.get(b.et.layer, 0)))
-                if op == GGML_OP_VIEW or op == GGML_OP_TOP_K:
+                if op == GGML_OP_VIEW or op == GGML_OP_TOP_K or op == GGML_OP_GET_ROWS:
                     return _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix)
                 return False
             if _c_int.from_address(t + OFF_OP).value != GGML_OP_MUL_MAT_ID:

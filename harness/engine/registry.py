@@ -33,6 +33,11 @@ class ArchRow:
 
 DEFAULT = ArchRow("*", note="standard layout: llama.cpp's shared MoE builder, separate gate/up/down experts")
 
+# Expert tensors a file may fuse: ffn_gate_up_exps {n_embd, 2*n_ff_exp, n_expert} replaces a row's gate and up
+# wherever llama.cpp's loader allows it (one MUL_MAT_ID, "ffn_moe_gate_up"). A fact of the file, read per layer by
+# gguf_layout, never a row of its own.
+FUSED_EXPERTS: dict[str, tuple[str, ...]] = {"ffn_gate_up_exps": ("ffn_gate_exps", "ffn_up_exps")}
+
 # quirks only: an architecture whose layout the default row does not describe
 REGISTRY: dict[str, ArchRow] = {
     row.arch: row
@@ -42,6 +47,21 @@ REGISTRY: dict[str, ArchRow] = {
         # MXFP4 weights; streaming them would add three sub-page reads per expert miss for no memory worth having
         ArchRow("gpt-oss", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
                 note="OpenAI gpt-oss (MXFP4 experts); expert biases, router (+bias), attention sinks resident"),
+        # gemma4 computes its router outside the shared MoE builder (rms_norm(attn_out) * ffn_gate_inp.scale) and
+        # passes the logits in; the selection is still ffn_moe_topk. Its files fuse gate and up (FUSED_EXPERTS);
+        # the per-expert ffn_down_exps.scale {n_expert} and the dense MLP beside the experts stay resident
+        ArchRow("gemma4", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="Gemma 4 MoE (fused gate_up); dense MLP, router (+scale), ffn_down_exps.scale resident"),
+        # deepseek4's first hash_layer_count layers select experts by token id: their ffn_moe_topk is a GET_ROWS of
+        # ffn_gate_tid2eid (resident), which the hook isolates like an argsort view (gguf_layout: token_routed_layers)
+        ArchRow("deepseek4", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="DeepSeek V4 (e.g. V4 Flash); token-id routed first layers; shared expert, router (+exp_probs_b), "
+                     "hyper-connections, compressed attention resident"),
+        # bailingmoe3 (Ling 3) is a hybrid of KDA linear attention and gated MLA: both dense-side; its leading dense
+        # blocks have no expert tensors, so they are not MoE layers of the layout
+        ArchRow("bailingmoe3", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
+                note="Ling 3 (KDA linear attention + gated MLA); leading dense blocks, shared expert, router "
+                     "(+exp_probs_b) resident"),
     )
 }
 
@@ -77,6 +97,12 @@ COVERED: tuple[Covered, ...] = (
     Covered("hunyuan-moe", "shared expert; q/k norms", _GATES),
     Covered("dots1", "leading dense blocks; shared expert; exp_probs_b", _GATES),
     Covered("bailingmoe2", "fused qkv; leading dense blocks; shared expert; exp_probs_b", _GATES),
+    Covered("gemma4", "fused gate_up experts (from the file); dense MLP beside the experts; router outside the "
+                      "MoE builder (+scale); ffn_down_exps.scale; up before gate", "tests/test_gemma4.py"),
+    Covered("deepseek4", "first layers routed by token id (GET_ROWS top-k); shared expert; exp_probs_b; "
+                         "compressed attention; hyper-connections; up before gate", "tests/test_deepseek4.py"),
+    Covered("bailingmoe3", "KDA linear attention + gated MLA; leading dense blocks; shared expert; exp_probs_b; "
+                           "up before gate", "tests/test_bailingmoe3.py"),
 )
 
 

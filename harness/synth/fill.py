@@ -21,6 +21,7 @@ CHUNK_BYTES = 8 << 20  # upper bound on one generated chunk (plus the float32 wo
 # Q8_0: q uniform on [-128, 127]; Q4_K: d*sc*q - dmin*m with sc, m uniform 6-bit, q uniform 4-bit and
 # dmin = 7.5*d so that the mean is zero (see _q4k_blocks).
 _Q8_RMS = float(np.sqrt((256**2 - 1) / 12 + 0.25))
+_Q5_0_RMS = float(np.sqrt((32**2 - 1) / 12 + 0.25))  # (q - 16) for q uniform on 0..31
 _Q4K_DMIN_RATIO = 7.5
 _Q4K_RMS = float(np.sqrt((63 * 127 / 6) * (15 * 31 / 6) - (31.5 * 7.5) ** 2 + 7.5**2 * (64**2 - 1) / 12))
 
@@ -57,6 +58,13 @@ def _scales(rng: np.random.Generator, n: int, d: float) -> np.ndarray:
 def _q8_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
     blocks = _random_bytes(rng, n_blocks * 34).reshape(n_blocks, 34)
     blocks[:, 0:2] = _scales(rng, n_blocks, std / _Q8_RMS)
+    return blocks
+
+
+def _q5_0_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
+    # block_q5_0: f16 d, 4 bytes of high bits, 16 bytes of low nibbles; value = d * (q - 16)
+    blocks = _random_bytes(rng, n_blocks * 22).reshape(n_blocks, 22)
+    blocks[:, 0:2] = _scales(rng, n_blocks, std / _Q5_0_RMS)
     return blocks
 
 
@@ -117,6 +125,13 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
             yield np.ones((r1 - r0) * t.ne[0], dtype="<f4").tobytes()
             continue
         rng = _rng(seed, t.name, ci)
+        if t.init == "expert_ids":  # each row: ne[0] distinct expert ids in [0, std)
+            ids = np.argsort(rng.random((r1 - r0, int(t.std))), axis=1)[:, : t.ne[0]]
+            yield ids.astype("<i4").tobytes()
+            continue
+        if t.init == "one_plus":
+            yield (1.0 + _normal_rows(t, rng, r0, r1)).astype("<f4").tobytes()
+            continue
         if t.init == "blocks":
             n_blocks = (r1 - r0) * t.ne[0] // blk
             if t.dtype == "q4_k":
@@ -125,6 +140,8 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
                 yield _q8_blocks(rng, n_blocks, t.std).tobytes()
             elif t.dtype == "mxfp4":
                 yield _mxfp4_blocks(rng, n_blocks, t.std).tobytes()
+            elif t.dtype == "q5_0":
+                yield _q5_0_blocks(rng, n_blocks, t.std).tobytes()
             else:
                 raise ValueError(f"random blocks of {t.dtype}")
             continue

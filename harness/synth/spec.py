@@ -14,14 +14,17 @@ MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe
 # archs whose layout lives in its own module under harness/synth/archs/ (that package's LAYOUTS, which checks
 # the arch-specific fields itself)
 MODULE_ARCHS: tuple[str, ...] = ("granitemoe", "llama", "deepseek2", "glm4moe", "ernie4_5-moe", "hunyuan-moe", "dots1",
-                                 "bailingmoe2")
+                                 "bailingmoe2", "gemma4", "deepseek4", "bailingmoe3")
 ARCHS = ARCHS + MODULE_ARCHS
 MOE_ARCHS = MOE_ARCHS | frozenset(MODULE_ARCHS)
-EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
-DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
+EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4", "q5_0", "iq2_s")
+DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_k")
+# types a plan can be sized with (make-model --dry-run) but not written: no generator for their blocks, or (q4_k
+# dense) no gaussian quantiser
+SIZING_ONLY: frozenset[str] = frozenset({"iq2_s"})
 
 # the row length (ne[0]) of a tensor of this type must be a multiple of this
-BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32}
+BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32, "q5_0": 32, "iq2_s": 256}
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class ModelSpec:
     n_vocab: int = 320
     ctx_len: int = 4096
     expert_type: str = "q4_k"
+    expert_down_type: str = ""  # the down projection's type where it differs (a K-quant file whose n_ff_exp is no
+    # multiple of 256 falls back to Q5_0/Q8_0 for down, as llama.cpp's quantiser does); "" = expert_type
     dense_type: str = "f32"
     seed: int = 0
     n_split: int = 1
@@ -56,8 +61,14 @@ class ModelSpec:
     arch_params: tuple[tuple[str, int], ...] = ()
     expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array (any MoE arch)
 
+
+
     def param(self, name: str, default: int) -> int:
         return dict(self.arch_params).get(name, default)
+
+    @property
+    def down_type(self) -> str:
+        return self.expert_down_type or self.expert_type
 
     @property
     def is_moe(self) -> bool:
@@ -126,9 +137,14 @@ def validate(spec: ModelSpec) -> None:
             f"--embd {spec.n_embd} is not a multiple of {blk}, which --expert-type {spec.expert_type} needs",
         )
         _need(
-            spec.n_ff_exp % blk == 0,
-            f"--expert-ff {spec.n_ff_exp} is not a multiple of {blk}, "
-            f"which --expert-type {spec.expert_type} needs",
+            not spec.expert_down_type or spec.expert_down_type in EXPERT_TYPES,
+            f"expert_down_type {spec.expert_down_type!r} is not one of {', '.join(EXPERT_TYPES)}",
+        )
+        dblk_down = BLOCK_ELEMS[spec.down_type]
+        _need(
+            spec.n_ff_exp % dblk_down == 0,
+            f"--expert-ff {spec.n_ff_exp} is not a multiple of {dblk_down}, "
+            f"which the down projection's type {spec.down_type} needs",
         )
     if spec.arch in ("qwen2moe", "olmoe"):
         # these archs size wq/wo as n_embd x n_embd

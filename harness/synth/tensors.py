@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from harness.synth import tokenizer as tok
 from harness.synth.spec import ModelSpec
 
-GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39}
+GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39, "i32": 26, "q5_0": 6,
+                                "iq2_s": 22}
 # dtype -> (elements per block, bytes per block)
 BLOCK: dict[str, tuple[int, int]] = {
     "f32": (1, 4),
@@ -18,6 +19,9 @@ BLOCK: dict[str, tuple[int, int]] = {
     "q8_0": (32, 34),
     "q4_k": (256, 144),
     "mxfp4": (32, 17),
+    "i32": (1, 4),  # index tables (deepseek4's token -> expert map)
+    "q5_0": (32, 22),
+    "iq2_s": (256, 82),  # sizing only (spec.SIZING_ONLY)
 }
 
 # Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
@@ -38,8 +42,9 @@ SINK_STD = 1.0
 class TensorPlan:
     name: str
     ne: tuple[int, ...]
-    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4
-    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks)
+    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4 | i32
+    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks) | "one_plus"
+    # (f32 1 + std * gaussian: scales) | "expert_ids" (i32 rows of ne[0] distinct ids below `std`)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
     layer: int = -1
@@ -62,7 +67,7 @@ class TensorPlan:
 
 def _lin(name: str, n_in: int, n_out: int, dtype: str, layer: int, gain: float = 1.0) -> TensorPlan:
     # quantised dense weights are random blocks like the experts: quantising gaussians is ~20x slower
-    init = "blocks" if dtype == "q8_0" else "normal"
+    init = "blocks" if dtype in ("q8_0", "q4_k") else "normal"
     return TensorPlan(name, (n_in, n_out), dtype, init, gain / math.sqrt(n_in), layer=layer)
 
 
@@ -90,8 +95,8 @@ def _experts(spec: ModelSpec, il: int, width: int) -> list[TensorPlan]:
         TensorPlan(
             f"blk.{il}.ffn_down_exps.weight",
             (width, d, e),
-            et,
-            init,
+            spec.down_type,
+            "normal" if spec.down_type == "f32" else "blocks",
             DOWN_GAIN / math.sqrt(width),
             (),
             il,

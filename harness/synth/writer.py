@@ -12,7 +12,7 @@ from harness.synth.fill import tensor_chunks
 from harness.synth.gguf_encode import align
 from harness.synth.plan import ModelPlan, plan_model, shard_paths
 from harness.synth.prefetch import prefetch
-from harness.synth.spec import ModelSpec
+from harness.synth.spec import SIZING_ONLY, ModelSpec
 
 ProgressFn = Callable[[int], None]  # called with the number of bytes just written
 
@@ -70,6 +70,11 @@ def make_model(out: Path, spec: ModelSpec, progress: bool = False, force: bool =
     """Write the synthetic model `spec` to `out` (one file, or n_split shards named after it); return the
     written paths. Same spec -> byte-identical files."""
     plan = plan_model(spec)
+    unwritable = sorted({t.dtype for t in plan.tensors if t.dtype in SIZING_ONLY
+                         or (t.init == "normal" and t.dtype not in ("f32", "f16", "q8_0"))})
+    if unwritable:
+        raise UserError(f"this model's {', '.join(unwritable)} tensors can be sized (make-model --dry-run) but "
+                        "not generated; pick other --expert-type/--dense-type to write it")
     paths = check_outputs(Path(out), spec.n_split, force)
     if not progress:
         write_plan(plan, paths)

@@ -9,9 +9,12 @@ from dataclasses import dataclass
 
 from harness.synth.archs import (
     bailingmoe2,
+    bailingmoe3,
     deepseek2,
+    deepseek4,
     dots1,
     ernie4_5_moe,
+    gemma4,
     glm4moe,
     granitemoe,
     hunyuan_moe,
@@ -37,4 +40,7 @@ LAYOUTS: dict[str, ArchLayout] = {
     "hunyuan-moe": ArchLayout(hunyuan_moe.kvs, hunyuan_moe.tensors),
     "dots1": ArchLayout(dots1.kvs, dots1.tensors),
     "bailingmoe2": ArchLayout(bailingmoe2.kvs, bailingmoe2.tensors),
+    "gemma4": ArchLayout(gemma4.kvs, gemma4.tensors),
+    "deepseek4": ArchLayout(deepseek4.kvs, deepseek4.tensors),
+    "bailingmoe3": ArchLayout(bailingmoe3.kvs, bailingmoe3.tensors),
 }
