@@ -178,8 +178,10 @@ class Metrics:
                     f"(the file was truncated or changed)")
         if not self.summaries:
             return f"{self.path}: no '# summary' line (the file was truncated, or the engine did not finish)"
-        if self.rows["wall_ms"].isna().any():
-            return f"{self.path}: wall_ms is missing in {int(self.rows['wall_ms'].isna().sum())} row(s)"
+        for c in REQUIRED:
+            bad = int(pd.to_numeric(self.rows[c], errors="coerce").isna().sum())
+            if bad:
+                return f"{self.path}: {c} is missing or not a number in {bad} row(s)"
         return None
 
     def col(self, name: str) -> np.ndarray | None:
