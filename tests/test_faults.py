@@ -48,9 +48,7 @@ def start(*args: object) -> subprocess.Popen:
 
 
 def _env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent.parent), e.get("PYTHONPATH", "")])
-    return e
+    return dict(os.environ)
 
 
 def error_line(stderr: str) -> str:
