@@ -4,7 +4,9 @@ condition, its raw files committed the moment it ends, the manifest rewritten af
 Resumable: `run_campaign` on the same file continues the newest unfinished folder with the same plan;
 finished runs (ok or failed) are never repeated. A failed run is recorded with its reason and the rest
 go on. Ctrl-C kills the engine (the target does), drops the half-written run and leaves the manifest as
-it was after the last finished run."""
+it was after the last finished run. One runner per folder (store.FolderLock): a second one is refused,
+naming the first's PID; a full disk stops the campaign with one line (formats.files.DiskFull), the
+folder resumable."""
 
 from __future__ import annotations
 
@@ -378,6 +380,9 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
 
             try:
                 mt = read_metrics(dest)
+                bad = mt.problem(None)
+                if bad is not None:
+                    raise UserError(bad)
                 n_tokens = len(mt.rows)
                 decode_tok_s = round(tok_s(mt.wall_ms()), 4)
             except UserError as e:
