@@ -206,6 +206,27 @@ def test_disk_full_while_the_engine_runs_is_one_line_then_resumable(tmp_path, tm
     check_ok(folder)
 
 
+def test_an_engine_failing_on_a_full_disk_stops_the_campaign_resumable(tmp_path, tmpfs, monkeypatch):
+    """The engine's own CSV (under TMPDIR, full) cannot be written: a full disk, not a failed run."""
+    import tempfile
+
+    p = campaign(tmp_path, repeats=1, tokens=300)  # a CSV of ~40 KiB
+    out = tmp_path / "bd"
+    monkeypatch.setenv("TMPDIR", str(tmpfs))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    filler = fill(tmpfs, leave=8192)  # room for tempfile's probe, not for the CSV
+    r = cli("run", p, "--out", out)
+    assert r.returncode == 28, r.stderr
+    line = error_line(r.stderr)
+    assert f"{tmpfs}" in line and "disk full" in line, line
+    (folder,) = folders(out)
+    assert all(x["status"] == "pending" for x in manifest_runs(folder).values())  # no run recorded as failed
+    filler.unlink()
+    r = cli("run", p, "--out", out)
+    assert r.returncode == 0, r.stderr
+    check_ok(folder)
+
+
 def test_disk_full_in_the_engine_log_never_blocks_the_engine(tmp_path, tmpfs):
     """The engine writes 4 MiB to stdout after the disk is full: the pipe is still drained."""
     from harness.formats.files import DiskFull

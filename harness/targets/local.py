@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness import devstate
 from harness.errors import UserError
-from harness.formats.files import copy_file, disk_full, is_disk_full
+from harness.formats.files import copy_file, disk_full, free_bytes, is_disk_full
 from harness.targets.base import LineCallback, RunOutcome, exit_reason
 from harness.targets.cgroup import CappedCgroup, CgroupBase, locate_self
 
@@ -298,6 +298,9 @@ class LocalTarget:
             reason = f"OOM-killed under the {self.mem_cap_mib} MiB cap"
         elif rc != 0:
             reason = exit_reason(rc, stderr_tail)
+            full = _full_disk([str(Path(o).parent) for o in outputs] + [str(out_dir)])
+            if full is not None:  # the engine failed on a full disk: not the run's fault, resumable
+                raise disk_full(full, None)
 
         fetched, missing = _collect(outputs, out_dir)
         if reason is None and missing:
@@ -326,6 +329,18 @@ def _collect(outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[s
             copy_file(src, dest)
         fetched[p] = dest
     return fetched, missing
+
+
+_NEARLY_FULL = 256 * 1024
+
+
+def _full_disk(dirs: list[str]) -> str | None:
+    """The first of dirs on a filesystem with (almost) no space left, if any."""
+    for d in dirs:
+        free = free_bytes(d)
+        if free is not None and free < _NEARLY_FULL:
+            return d
+    return None
 
 
 def _read(path: str) -> str:
