@@ -72,6 +72,27 @@ def in_flight(folder: Path) -> list[Path]:
     return list((folder / "runs").glob(".*.tmp"))
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (OSError, IndexError):
+        return "gone"
+
+
 def folders(out: Path) -> list[Path]:
     return sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(".")) if out.is_dir() else []
 
@@ -447,15 +468,23 @@ def test_a_temporary_csv_path_is_never_a_configuration_column(tmp_path):
     assert "cfg.fast" in header and "cfg.csv" not in header
 
 
-def test_a_runner_killed_with_9_leaves_no_temp_dir_after_the_next_run(tmp_path):
-    p = campaign(tmp_path, repeats=1, sleep_ms=300)
+def test_a_runner_killed_with_9_leaves_no_engine_and_no_temp_dir_after_the_next_run(tmp_path):
+    p, gate = held(tmp_path, repeats=1)
     out = tmp_path / "bd"
     a = start("run", p, "--out", out)
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    left = wait_for(lambda: list(tmp.glob(f"bmoe-run-{a.pid}-*")))
-    a.kill()
-    a.communicate(timeout=30)
-    assert all(d.is_dir() for d in left)
+    try:
+        left = wait_for(lambda: list(tmp.glob(f"bmoe-run-{a.pid}-*")), timeout=120)
+        engines = wait_for(lambda: [c for c in _children(a.pid) if b"--hold" in _cmdline(c)], timeout=120)
+        wait_for(lambda: any("BMOE_PROGRESS" in x.read_text() for x in out.glob("*/runs/.*.tmp/engine.log")),
+                 timeout=120)  # the engine is past its first token, waiting at the gate, silent
+        a.kill()
+        a.communicate(timeout=30)
+        assert all(d.is_dir() for d in left)
+        wait_for(lambda: all(_state(pid) in ("gone", "z (zombie)") for pid in engines),
+                 timeout=10)  # the engine died with its runner: nothing competes with the next run
+    finally:
+        gate.touch()
     r = bench("run", p, "--out", out)
     assert r.returncode == 0, r.stderr
     assert not any(d.exists() for d in left)
@@ -480,11 +509,14 @@ def test_an_empty_axis_says_so(tmp_path):
 
 # ---- 6. kill -9 and SIGTERM at random points, then resume -----------------------------------------------------
 
-def test_random_kills_then_resume_keep_every_finished_run(tmp_path):
+def test_random_kills_then_resume_keep_every_finished_run(tmp_path, monkeypatch):
     """At most 6 kills in at most 60 s, at random points of a 4-run campaign (seeded)."""
     rng = random.Random(14)
     p = campaign(tmp_path, repeats=2, sleep_ms=40, tokens=6)
     out = tmp_path / "bd"
+    tmp = tmp_path / "tmp"  # the runners' TMPDIR: every bmoe-run-* there is theirs
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     killed: list[int] = []
     seen: dict[str, dict] = {}
     t_end = time.monotonic() + 60
@@ -511,6 +543,5 @@ def test_random_kills_then_resume_keep_every_finished_run(tmp_path):
     assert all(x["status"] == "ok" for x in runs.values())
     assert all(runs[k] == v for k, v in seen.items())
     check_ok(folder)
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    assert [d for pid in killed for d in tmp.glob(f"bmoe-run-{pid}-*")] == []
+    assert killed and list(tmp.iterdir()) == []  # no temporary directory of any killed runner left
 
