@@ -377,7 +377,7 @@ def test_a_broken_metrics_csv_marks_its_run_invalid(copy, fault):
     assert r.returncode == 0, r.stderr
     md = (copy / "findings.md").read_text()
     warn = [x for x in md.splitlines() if x.startswith("- invalid:")]
-    assert len(warn) == 1 and "r01-c00" in warn[0] and "metrics.csv" in warn[0], md
+    assert len(warn) == 1 and "r01-c00: runs/r01-c00/metrics.csv: " in warn[0] and str(copy) not in warn[0], md
     results = (copy / "results.csv").read_text().splitlines()
     cols = results[0].split(",")
     base = dict(zip(cols, results[1].split(","), strict=True))

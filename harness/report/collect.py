@@ -85,5 +85,7 @@ def load_campaign_data(folder: Path | str) -> CampaignData:
             states = read_states(d / STATE_FILE)
         except UserError as e:
             states, problem = [], problem or str(e)
+        if problem is not None:  # the same text whatever path the folder was named by
+            problem = problem.replace(f"{folder}/", "")
         runs.append(RunData(rec, metrics, states, problem))
     return CampaignData(folder=folder, manifest=m, runs=runs)
