@@ -522,8 +522,10 @@ def test_random_kills_then_resume_keep_every_finished_run(tmp_path, monkeypatch)
     seen: dict[str, dict] = {}
     t_end = time.monotonic() + 90
     while len(killed) < 5 and time.monotonic() < t_end:
+        t0 = time.time()
         a = start("run", p, "--out", out)
-        wait_for(lambda a=a: a.poll() is not None or list(tmp.glob(f"bmoe-run-{a.pid}-*")), timeout=120)
+        wait_for(lambda a=a, t0=t0: a.poll() is not None or any(  # a run of its own in flight
+            x.stat().st_mtime >= t0 for d in folders(out) for x in in_flight(d)), timeout=120)
         time.sleep(rng.uniform(0.0, 1.5))
         if a.poll() is not None:
             a.communicate()
