@@ -509,6 +509,17 @@ def test_an_empty_axis_says_so(tmp_path):
 
 # ---- 6. kill -9 and SIGTERM at random points, then resume -----------------------------------------------------
 
+def _own_run_in_flight(out: Path, since: float) -> bool:
+    for d in folders(out):
+        for x in in_flight(d):
+            try:
+                if x.stat().st_mtime >= since:
+                    return True
+            except FileNotFoundError:  # committed meanwhile
+                pass
+    return False
+
+
 def test_random_kills_then_resume_keep_every_finished_run(tmp_path, monkeypatch):
     """At most 5 kills in at most 90 s, each at a random point (seeded) once the runner has started its
     runs: in an engine run, committing one, between two; then a resume finishes the campaign."""
@@ -524,8 +535,7 @@ def test_random_kills_then_resume_keep_every_finished_run(tmp_path, monkeypatch)
     while len(killed) < 5 and time.monotonic() < t_end:
         t0 = time.time()
         a = start("run", p, "--out", out)
-        wait_for(lambda a=a, t0=t0: a.poll() is not None or any(  # a run of its own in flight
-            x.stat().st_mtime >= t0 for d in folders(out) for x in in_flight(d)), timeout=120)
+        wait_for(lambda a=a, t0=t0: a.poll() is not None or _own_run_in_flight(out, t0), timeout=120)
         time.sleep(rng.uniform(0.0, 1.5))
         if a.poll() is not None:
             a.communicate()
