@@ -133,7 +133,7 @@ def test_commit_run_is_a_rename_and_hashes_every_file(tmp_path):
     assert hashes["metrics.csv"] == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"  # sha256("x")
     # a stale half-written run is cleared
     store.tmp_run_dir(tmp_path, "r01-c01").mkdir()
-    assert store.clear_tmp(tmp_path) == [".r01-c01.tmp"]
+    assert store.clear_tmp(tmp_path) == [store.tmp_run_dir(tmp_path, "r01-c01").name]
 
 
 def test_raw_file_changes_name_changed_missing_and_added_files(tmp_path):

@@ -68,6 +68,7 @@ def csv_text(walls, *, preamble=None, read_mib=10.0, hit=50.0):
     for i, w in enumerate(walls, 1):
         lines.append(f"{i},{len(walls)},{w},{w / 2},{w * 0.6},{int(read_mib * 2**20)},{hit},{w * 0.3},{w * 0.1},"
                      f"4,{w}")
+    lines.append(f"# summary n_decode={len(walls)} decode_tok_s={1000 * len(walls) / sum(walls):.4f}")
     return "\n".join(lines) + "\n"
 
 
@@ -86,7 +87,8 @@ def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, t
         if text is None:
             o = outcome("failed", reason="engine exited 3: boom", **kw)
         else:
-            o = outcome("ok", **kw)
+            rows = sum(1 for x in text.splitlines() if x.strip() and not x.startswith("#")) - 1
+            o = outcome("ok", tokens=rows, **kw)
             (tmp / "metrics.csv").write_text(text)
         slot = RunRecord(run_id=rid, round=rnd, cell=cell, position=pos)
         recs.append(slot.finish(o, store.commit_run(folder, rid, o)))
@@ -161,7 +163,8 @@ def test_report_is_deterministic_and_check_detects_drift(tmp_path):
     b = build_report(folder)
     assert a.texts == b.texts and a.plots == b.plots
     assert all(png.startswith(b"\x89PNG") for png in a.plots.values())
-    assert check_report(folder) == ["findings.md", "results.csv"]  # nothing written yet
+    assert check_report(folder) == ["findings.md", "results.csv", "plots/tok_s.png", "plots/split.png",
+                                    "plots/tokens.png"]  # nothing written yet
     write_report(folder)
     assert sorted(p.name for p in (folder / "plots").iterdir()) == ["split.png", "tok_s.png", "tokens.png"]
     assert check_report(folder) == []
@@ -188,7 +191,8 @@ def test_cli_report_check_exit_codes(tmp_path):
     cmd = [sys.executable, "-m", "harness.bench_cli", "report"]
     r = subprocess.run([*cmd, str(folder), "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
-    assert "findings.md, results.csv differ from what the raw data gives" in r.stderr
+    assert "findings.md, results.csv, plots/tok_s.png, plots/split.png, plots/tokens.png differ from what the raw " \
+           "data gives, or are missing or cut short" in r.stderr
     write_report(folder)
     r = subprocess.run([*cmd, str(folder), "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -12,7 +12,7 @@ from folder_helpers import manifest, outcome
 
 from harness.bench_cli import main
 from harness.formats.manifest import HarnessDesc, LocalTargetDesc, ModelDesc, RunRecord, save_manifest
-from harness.formats.metrics_csv import MetricsWriter, TokenRow
+from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
 from harness.report.overview import build_overview
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,8 @@ def make_campaign(root: Path, name: str, cells: list[dict], *, repeats: int = 2,
     for rnd in range(repeats):
         for ci, c in enumerate(cells):
             rid = f"r{rnd + 1:02d}-c{ci:02d}"
-            rec = {"run_id": rid, "round": rnd, "cell": ci, "position": len(recs), "status": "ok", "reason": None}
+            rec = {"run_id": rid, "round": rnd, "cell": ci, "position": len(recs), "status": "ok", "reason": None,
+                   "tokens": 1 + len(c.get("wall_ms", []))}
             if c.get("fail"):
                 rec.update(status="failed", reason="engine exited 3: boom")
                 (folder / "runs" / rid).mkdir(parents=True)
@@ -39,9 +40,10 @@ def make_campaign(root: Path, name: str, cells: list[dict], *, repeats: int = 2,
                     for i, ms in enumerate(walls, 1):
                         w.row(TokenRow(step=i, steps=len(walls), wall_ms=ms, read_bytes=int(c["read_mib"] * 2**20),
                                        cache_hit_pct=c.get("hit", -1)))
+                    w.summary(Summary(n_decode=len(walls), decode_s=sum(walls) / 1000))
             recs.append(rec)
     runs = [RunRecord(run_id=r["run_id"], round=r["round"], cell=r["cell"], position=r["position"],
-                      **outcome(r["status"], reason=r["reason"]).model_dump())
+                      **outcome(r["status"], reason=r["reason"], tokens=r["tokens"]).model_dump())
             for r in recs]
     m = manifest(name, status="complete", runs=runs, repeats=repeats,
                  cells=[(c["label"], {} if i == 0 else {"x": i}) for i, c in enumerate(cells)])

@@ -4,10 +4,13 @@ condition, its raw files committed the moment it ends, the manifest rewritten af
 Resumable: `run_campaign` on the same file continues the newest unfinished folder with the same plan;
 finished runs (ok or failed) are never repeated. A failed run is recorded with its reason and the rest
 go on. Ctrl-C kills the engine (the target does), drops the half-written run and leaves the manifest as
-it was after the last finished run."""
+it was after the last finished run. One runner per folder (store.FolderLock): a second one is refused,
+naming the first's PID; a full disk stops the campaign with one line (formats.files.DiskFull), the
+folder resumable."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -27,6 +30,7 @@ from harness.campaigns.questions import quality_record, take_replies, write_prom
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
 from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
+from harness.formats.files import copy_file, disk_full, is_disk_full
 from harness.formats.manifest import (
     ENGINE_LOG,
     FORMAT,
@@ -183,7 +187,7 @@ def _version_target(target: Target, argv0: list[str]) -> str:
     """`ENGINE --version` run on the target: its first output line, or why not."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="bmoe-version-") as d:
+    with tempfile.TemporaryDirectory(prefix=f"bmoe-version-{os.getpid()}-") as d:
         log = Path(d) / "version.log"
         out = target.run([*argv0, "--version"], timeout_s=60, outputs=[], out_dir=Path(d), log_path=log)
         lines = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()] \
@@ -239,46 +243,58 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
     h = plan_hash(rec)
     own_target = target is None
     target = target or make_target(plan)
+    lock: store.FolderLock | None = None
     try:
-        folder = None if fresh else store.find_resumable(root, plan.campaign.name, h, with_failed=retry_failed)
-        now = time.time()
-        if folder is None:
-            if not fresh:
-                _note_other_plans(root, plan, h, console)
-            res = resolve_inputs(plan, target, console)
-            folder = store.new_folder(root, plan.campaign.name, now)
-            shutil.copyfile(plan.campaign.source, folder / "campaign.yaml")
-            if plan.campaign.quality is not None:
-                write_prompts_file(folder, plan.campaign.quality)
-            m = new_manifest(plan, rec, target.describe(), res, now)
-            if plan.campaign.target.kind == "local":
-                from harness.campaigns.probe import probe_read_bandwidth
+        with store.campaign_lock(root, plan.campaign.name):  # choosing or creating the folder: one at a time
+            stale = store.clear_stale_starts(root, plan.campaign.name)
+            folder = None if fresh else store.find_resumable(root, plan.campaign.name, h,
+                                                             with_failed=retry_failed)
+            now = time.time()
+            if folder is None:
+                if not fresh:
+                    _note_other_plans(root, plan, h, console)
+                res = resolve_inputs(plan, target, console)
+                m = new_manifest(plan, rec, target.describe(), res, now)
+                if plan.campaign.target.kind == "local":
+                    from harness.campaigns.probe import probe_read_bandwidth
 
-                m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path)))
-            save_manifest(folder, m)
-            console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {plan.campaign.repeats} "
-                          f"repeats = {len(plan.runs)} runs -> {folder}")
-        else:
-            m = load_manifest(folder)
-            res = resolve_inputs(plan, target, console)
-            if res.engine_version != m.engine.version:
-                raise UserError(f"{folder}: the engine changed since this campaign started "
-                                f"({m.engine.version!r} -> {res.engine_version!r}); runs from two engines "
-                                f"do not compare: finish it with the first one, or start over with --fresh")
-            gone = store.clear_tmp(folder)
-            adopted = store.adopt_orphans(folder, m)
-            if retry_failed:
-                again = store.reset_failed(m)
-                console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
-            done = sum(r.finished for r in m.runs)
-            console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m.runs)} runs "
-                          f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"
-                          f"{', adopted ' + ', '.join(adopted) if adopted else ''})")
+                    m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path)))
+
+                def fill(d: Path) -> None:
+                    copy_file(plan.campaign.source, d / "campaign.yaml")
+                    if plan.campaign.quality is not None:
+                        write_prompts_file(d, plan.campaign.quality)
+                    save_manifest(d, m)
+
+                folder = store.new_folder(root, plan.campaign.name, now, fill)
+                lock = store.lock_folder(folder)
+                console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {plan.campaign.repeats} "
+                              f"repeats = {len(plan.runs)} runs -> {folder}"
+                              f"{' (removed a half-made start: ' + ', '.join(stale) + ')' if stale else ''}")
+            else:
+                lock = store.lock_folder(folder)  # FolderBusy, naming the holder, when another runner has it
+                m = load_manifest(folder)
+                res = resolve_inputs(plan, target, console)
+                if res.engine_version != m.engine.version:
+                    raise UserError(f"{folder}: the engine changed since this campaign started "
+                                    f"({m.engine.version!r} -> {res.engine_version!r}); runs from two engines "
+                                    f"do not compare: finish it with the first one, or start over with --fresh")
+                gone = store.clear_tmp(folder)
+                adopted = store.adopt_orphans(folder, m)
+                if retry_failed:
+                    again = store.reset_failed(m)
+                    console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
+                done = sum(r.finished for r in m.runs)
+                console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m.runs)} runs "
+                              f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"
+                              f"{', adopted ' + ', '.join(adopted) if adopted else ''})")
         m.status = "running"
         m.sessions.append(SessionRecord(start=store.iso(now), end=None, **git_commit(Path.cwd())))
         save_manifest(folder, m)
         return _run_all(plan, m, folder, target, res, console)
     finally:
+        if lock is not None:
+            lock.release()
         if own_target:
             target.close()
 
@@ -329,7 +345,12 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
     tmp = store.tmp_run_dir(folder, r.run_id)
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(tmp, None) from None
+        raise
 
     gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
     evicted = None
@@ -373,6 +394,9 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
 
             try:
                 mt = read_metrics(dest)
+                bad = mt.problem(None)
+                if bad is not None:
+                    raise UserError(bad)
                 n_tokens = len(mt.rows)
                 decode_tok_s = round(tok_s(mt.wall_ms()), 4)
             except UserError as e:

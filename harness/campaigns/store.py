@@ -8,18 +8,29 @@ versioned manifest (harness.formats.manifest) rewritten atomically after every r
     prompts.jsonl        a quality campaign's questions, as handed to every run
     results.csv, findings.md, plots/   written by `bmoe-bench report` (and grades.json in a quality campaign)
 
-A run is written under runs/.<run_id>.tmp/ and renamed into place when it ends, its outcome.json inside,
-so a folder either holds a whole run or none; the manifest is then updated (tmp name + rename) with the
-run's outcome and the sha256 of each of its files."""
+A run is written under runs/.<run_id>.<pid>.tmp/ and renamed into place when it ends, its outcome.json
+inside, so a folder either holds a whole run or none; the manifest is then updated (tmp name + rename) with
+the run's outcome and the sha256 of each of its files. A new folder is built as .<name>.<pid>.tmp beside
+it and renamed once its campaign.yaml and manifest are written: a folder without a manifest is never a
+campaign's.
+
+One runner per folder: `FolderLock` (an flock on <folder>/.lock, released by the kernel when its holder
+dies, so a kill -9 never leaves it stuck; the file names the holder's PID), and `campaign_lock` around
+choosing or creating the folder (<root>/.<campaign>.lock), so two runners started together cannot both
+pick the same folder. Holding the lock makes every temporary file there stale: cleared on resume."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.formats.files import disk_full, is_disk_full
 from harness.formats.manifest import MANIFEST, RUNS, Manifest, hash_files, load_manifest, run_dir
 from harness.formats.outcome import OUTCOME_FILE, Outcome, read_outcome, write_outcome
 
@@ -28,31 +39,155 @@ def iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
 
 
-def new_folder(root: Path, name: str, t: float) -> Path:
+class FolderBusy(UserError):
+    """Another live runner holds the folder (or the campaign's start)."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again when it has finished
+
+
+class FolderLock:
+    """An exclusive, non-blocking flock on `path` (created if needed), held until release(). The file
+    holds `pid=<n> argv=<command>` of the holder. Raises FolderBusy naming the holder when taken."""
+
+    def __init__(self, path: Path, what: str):
+        self.path = Path(path)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise FolderBusy(f"{what} is in use by another bmoe-bench run ({holder}); wait for it to "
+                                 f"finish, or stop it (kill {holder.split()[1] if holder.startswith('PID ') else 'it'})"
+                                 f" and run this command again") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:  # its holder removed it between our open and our lock: take a new one
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self.fd: int | None = fd
+        text = f"pid={os.getpid()} argv={' '.join(_argv())}\n".encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text, 0)
+        except OSError as e:  # a full disk: the lock holds all the same, the PID is just not recorded
+            if not is_disk_full(e):
+                raise
+
+    def release(self) -> None:
+        if self.fd is not None:
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _argv() -> list[str]:
+    try:
+        return [a for a in open("/proc/self/cmdline", "rb").read().decode(errors="replace").split("\0") if a]
+    except OSError:
+        return []
+
+
+def _holder(fd: int) -> str:
+    """'PID <n> (<command>)' from a lock file, or what is known."""
+    try:
+        text = os.pread(fd, 4096, 0).decode(errors="replace")
+    except OSError:
+        text = ""
+    m = re.match(r"pid=(\d+) argv=(.*)", text.strip())
+    if not m:
+        return "its PID is not recorded yet"
+    return f"PID {m.group(1)}" + (f": {m.group(2)}" if m.group(2) else "")
+
+
+LOCK_FILE = ".lock"
+
+
+def lock_folder(folder: Path) -> FolderLock:
+    return FolderLock(Path(folder) / LOCK_FILE, f"{folder}")
+
+
+def campaign_lock(root: Path, name: str) -> FolderLock:
+    """Held while a runner picks or creates the folder of campaign `name` under root."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    return FolderLock(Path(root) / f".{name}.lock", f"campaign {name} under {root}")
+
+
+def folder_name_re(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^\d{{4}}-\d{{2}}-\d{{2}}-{re.escape(name)}(-\d+)?$")
+
+
+def new_folder(root: Path, name: str, t: float, fill: Callable[[Path], None] | None = None) -> Path:
+    """A new dated folder of this campaign (with runs/), filled by `fill` under a temporary name first and
+    then renamed into place: a half-made folder never carries a campaign's name. Call it under
+    campaign_lock when other runners may start the same campaign."""
     day = time.strftime("%Y-%m-%d", time.gmtime(t))
     base = Path(root) / f"{day}-{name}"
-    p, n = base, 2
-    while p.exists():
-        p = base.with_name(f"{base.name}-{n}")
-        n += 1
-    p.mkdir(parents=True)
-    (p / RUNS).mkdir()
-    return p
+    base.parent.mkdir(parents=True, exist_ok=True)
+    tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        (tmp / RUNS).mkdir(parents=True)
+        if fill is not None:
+            fill(tmp)
+        p, n = base, 2
+        while p.exists():
+            p = base.with_name(f"{base.name}-{n}")
+            n += 1
+        os.rename(tmp, p)
+        return p
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(e):
+            raise disk_full(base, None, "free some space and run the command again") from None
+        raise
+
+
+def clear_stale_starts(root: Path, name: str) -> list[str]:
+    """Half-made new folders of this campaign left by a runner that died while starting (call under
+    campaign_lock: no live runner is making one then)."""
+    gone = []
+    pat = re.compile(rf"^\.\d{{4}}-\d{{2}}-\d{{2}}-{re.escape(name)}\.\d+\.tmp$")
+    if Path(root).is_dir():
+        for d in Path(root).iterdir():
+            if pat.match(d.name) and d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d.name)
+    return gone
 
 
 def _folders(root: Path, name: str) -> list[tuple[Path, Manifest]]:
-    """Every readable folder of this campaign under root, oldest name first."""
+    """Every folder of this campaign under root, oldest name first. A folder named as this campaign's
+    whose manifest cannot be read is an error naming it (never skipped: it may be an unfinished run of
+    this very campaign)."""
     root = Path(root)
     if not root.is_dir():
         return []
+    named = folder_name_re(name)
     out = []
     for d in sorted(root.iterdir()):
         if not d.is_dir() or not (d / MANIFEST).is_file() or f"-{name}" not in d.name:
             continue
         try:
             m = load_manifest(d)
-        except UserError:
-            continue
+        except UserError as e:
+            if not named.match(d.name):
+                continue
+            raise UserError(f"{e}; {d} may be an unfinished folder of campaign {name}: restore its "
+                            f"{MANIFEST} (git checkout -- {d}), or move the folder out of {root}, or start a "
+                            f"new folder with --fresh") from None
         if m.campaign.name == name:
             out.append((d, m))
     return out
@@ -74,14 +209,19 @@ def unfinished_elsewhere(root: Path, name: str, plan_hash: str) -> list[tuple[Pa
 
 
 def tmp_run_dir(folder: Path, run_id: str) -> Path:
-    return Path(folder) / RUNS / f".{run_id}.tmp"
+    """This process's half-written run folder."""
+    return Path(folder) / RUNS / f".{run_id}.{os.getpid()}.tmp"
 
 
 def clear_tmp(folder: Path) -> list[str]:
-    """Remove half-written run folders left by an interrupted campaign."""
+    """Remove half-written run folders and temporary files left by an interrupted campaign (call while
+    holding the folder's lock: none of them is then live)."""
     gone = []
-    for d in (Path(folder) / RUNS).glob(".*.tmp"):
-        shutil.rmtree(d, ignore_errors=True)
+    for d in sorted([*(Path(folder) / RUNS).glob(".*.tmp"), *Path(folder).glob(".*.tmp")]):
+        if d.is_dir():
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            d.unlink(missing_ok=True)
         gone.append(d.name)
     return gone
 

@@ -78,24 +78,38 @@ def run(
     def _term(signum: int, frame: object) -> None:  # SIGTERM stops a campaign as cleanly as Ctrl-C
         raise KeyboardInterrupt
 
+    from harness.formats.files import DiskFull
+
+    resume = resume_command(file, out, set_)
     old = signal.signal(signal.SIGTERM, _term)
     try:
         res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_)
     except KeyboardInterrupt:
-        again = "".join(f" --set {shlex.quote(o)}" for o in set_)
-        raise Interrupted(f"interrupted: finished runs are kept; run `bmoe-bench run {file}{again}` again to "
-                          f"continue") from None
+        raise Interrupted(f"interrupted: finished runs are kept; run `{resume}` to continue") from None
+    except DiskFull as e:
+        raise DiskFull(f"{e.head}; free space there and run `{resume}` to continue (finished runs are "
+                       f"kept)") from None
     finally:
         signal.signal(signal.SIGTERM, old)
     if not no_report and res.n_ok > 0:
-        write_report(res.folder)
+        try:
+            write_report(res.folder)
+        except DiskFull as e:
+            raise DiskFull(f"{e.head}; every run is kept: free space there and run `bmoe-bench report "
+                           f"{shlex.quote(str(res.folder))}`") from None
         typer.echo(f"report: {res.folder / 'findings.md'}")
     typer.echo(f"{res.n_ok} runs ok, {res.n_failed} failed"
                f"{f', {res.n_skipped} finished earlier' if res.n_skipped else ''}: {res.folder}")
     if res.n_failed:
         raise RunsFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
-                         f"{res.folder / 'manifest.json'}); fix the cause and rerun with --retry-failed "
+                         f"{res.folder / 'manifest.json'}); fix the cause and run `{resume} --retry-failed` "
                          f"(finished runs are kept)")
+
+
+def resume_command(file: Path, out: Path, set_: list[str]) -> str:
+    """The whole command that continues this campaign: the file, --out, and every --set (not --fresh)."""
+    return (f"bmoe-bench run {shlex.quote(str(file))} --out {shlex.quote(str(out))}"
+            + "".join(f" --set {shlex.quote(o)}" for o in set_))
 
 
 def report(

@@ -1,5 +1,8 @@
 """`bmoe`: the engine's command line. The only place that prints results, reads environment variables
-and turns errors into one line and an exit status."""
+and turns errors into one line and an exit status: 2 a user error (a flag, a file), 3 an engine failure
+(short reads and EIO on expert reads included), 4 a model file truncated or replaced under the running
+engine (a SIGBUS in its mapping, caught by harness.engine.lazymap.watch_model_files; BMOE_MODEL_WATCH=thread
+uses its pure-Python fallback), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from harness.errors import UserError
 
 EXIT_USER = 2
 EXIT_ENGINE = 3
+EXIT_MODEL_CHANGED = 4  # a model file truncated or replaced under the running engine (harness.engine.lazymap)
 
 
 def _err(msg: str) -> None:
@@ -68,6 +72,8 @@ def run(argv: list[str]) -> int:
     use_c = os.environ.get("BMOE_HOOK", "c") != "python"  # BMOE_HOOK=python: measure the pure-Python front
     engine = open_engine(cfg, sys.stdout, use_c_filter=use_c, wrap_reader=faults.wrap if faults else None)
     try:
+        lazymap.watch_model_files(list(engine.layout.shards), EXIT_MODEL_CHANGED,
+                                  compiled=os.environ.get("BMOE_MODEL_WATCH") != "thread")
         for line in engine.notes():
             sys.stderr.write(line + "\n")
         load = engine.session.load

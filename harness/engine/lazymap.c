@@ -110,3 +110,97 @@ void bmoe_lazymap_stats(long *maps, long *advice_skipped) {
     *maps = __atomic_load_n(&n_ranges, __ATOMIC_SEQ_CST);
     *advice_skipped = __atomic_load_n(&n_advice_skipped, __ATOMIC_SEQ_CST);
 }
+
+/* ---- a model file changed under the running engine -------------------------------------------------------
+ *
+ * Touching a page of a file mapping past the file's end (the model truncated, or replaced in place, while
+ * the engine runs) raises SIGBUS, which kills the process without a word. bmoe_sigbus_install() names the
+ * model files (their descriptors, opened by the caller and kept open, and the sizes they had at load); the
+ * handler then writes one line saying which file shrank (or that a mapped read failed) and exits with
+ * `code`. Only async-signal-safe calls (fstat, write, _exit) are made in the handler. This library is a
+ * plain shared object: loading it with dlopen (not LD_PRELOAD) gives the handler without the mmap shim. */
+
+#include <signal.h>
+#include <unistd.h>
+
+#define MAX_WATCHED 64
+static int watched_fd[MAX_WATCHED];
+static long long watched_size[MAX_WATCHED];
+static const char *watched_name[MAX_WATCHED];
+static int n_watched;
+static int sigbus_code = 4;
+
+static size_t put(char *buf, size_t at, size_t cap, const char *s) {
+    while (*s && at + 1 < cap) {
+        buf[at++] = *s++;
+    }
+    return at;
+}
+
+static size_t put_num(char *buf, size_t at, size_t cap, long long v) {
+    char tmp[24];
+    int n = 0;
+    if (v < 0) {
+        at = put(buf, at, cap, "-");
+        v = -v;
+    }
+    do {
+        tmp[n++] = (char) ('0' + v % 10);
+        v /= 10;
+    } while (v && n < 23);
+    while (n && at + 1 < cap) {
+        buf[at++] = tmp[--n];
+    }
+    return at;
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
+    (void) sig;
+    (void) si;
+    (void) uctx;
+    char buf[2048];
+    size_t at = 0;
+    const size_t cap = sizeof buf;
+    int found = 0;
+    at = put(buf, at, cap, "bmoe: error: ");
+    for (int i = 0; i < n_watched; i++) {
+        struct stat st;
+        if (fstat(watched_fd[i], &st) == 0 && (long long) st.st_size != watched_size[i]) {
+            at = put(buf, at, cap, watched_name[i]);
+            at = put(buf, at, cap, " changed size under the running engine (");
+            at = put_num(buf, at, cap, watched_size[i]);
+            at = put(buf, at, cap, " bytes at load, ");
+            at = put_num(buf, at, cap, (long long) st.st_size);
+            at = put(buf, at, cap, " now)");
+            found = 1;
+            break;
+        }
+    }
+    if (!found) {
+        at = put(buf, at, cap, "a read through the model's file mapping failed (SIGBUS: the file was truncated, "
+                               "replaced or its storage failed)");
+    }
+    at = put(buf, at, cap, "; do not change a model file while it runs: restore it and run again\n");
+    ssize_t w = write(2, buf, at);
+    (void) w;
+    _exit(sigbus_code);
+}
+
+/* fds[i]: an open descriptor of names[i] (kept open by the caller), sizes[i]: its size at load. The names
+ * must stay valid for the life of the process. Returns 0, or -1 when sigaction failed. */
+int bmoe_sigbus_install(int n, const int *fds, const long long *sizes, const char **names, int code) {
+    n_watched = 0;
+    for (int i = 0; i < n && i < MAX_WATCHED; i++) {
+        watched_fd[i] = fds[i];
+        watched_size[i] = sizes[i];
+        watched_name[i] = names[i];
+        n_watched = i + 1;
+    }
+    sigbus_code = code;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGBUS, &sa, NULL);
+}

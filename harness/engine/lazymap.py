@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -140,3 +141,76 @@ def unpopulated(paths: list[Path], want_populate: bool) -> Iterator[list[LoadMod
                                    f"{after[1] - before[1]} WILLNEED advice dropped"))
     else:
         out.append(LoadMode(True, f"mmap shim acted on {maps} of {len(paths)} model file(s)"))
+
+
+# ---- a model file changed under the running engine -------------------------------------------------------------
+
+EXIT_MODEL_CHANGED = 4  # the exit status when a model file changed or failed under the running engine
+_WATCH: list[object] = []  # what must stay alive for the life of the process (fds, names, the thread)
+
+
+def watch_model_files(paths: list[Path], code: int = EXIT_MODEL_CHANGED, *, compiled: bool = True) -> str:
+    """Make a model file truncated or replaced under the running engine one line on stderr and exit status
+    `code`, instead of a silent SIGBUS (exit 135) when the engine touches its mapping past the new end.
+    With the compiled helper, its SIGBUS handler does it; without it (or `compiled=False`), a thread that
+    checks the files' sizes every 50 ms and wakes on a SIGBUS through Python's signal wakeup fd (from the
+    main thread only; it cannot help a fault taken while holding the GIL). Returns which."""
+    fds = [os.open(p, os.O_RDONLY | os.O_CLOEXEC) for p in paths]
+    sizes = [os.fstat(fd).st_size for fd in fds]
+    names = [str(p).encode() for p in paths]
+    _WATCH.extend([fds, names])
+    so = shim_path() if compiled else None
+    if so is not None:
+        try:
+            lib = ctypes.CDLL(so)
+            install = lib.bmoe_sigbus_install
+        except (OSError, AttributeError):  # an older build without the handler
+            install = None
+        if install is not None:
+            n = len(fds)
+            c_fds = (ctypes.c_int * n)(*fds)
+            c_sizes = (ctypes.c_longlong * n)(*sizes)
+            c_names = (ctypes.c_char_p * n)(*names)
+            _WATCH.extend([lib, c_fds, c_sizes, c_names])
+            if install(n, c_fds, c_sizes, c_names, code) == 0:
+                return "SIGBUS handler (compiled helper)"
+    import select
+    import signal
+    import threading
+
+    wake = -1
+    if threading.current_thread() is threading.main_thread():
+        # Python's own C handler returns from a SIGBUS (the faulting thread then faults again, its GIL
+        # released inside llama.cpp) and writes the signal number to the wakeup fd: this thread reads it
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGBUS, lambda signum, frame: None)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        wake = r
+        _WATCH.extend([r, w])
+
+    def say(why: str) -> None:
+        os.write(2, f"bmoe: error: {why}; do not change a model file while it runs: restore it and run "
+                    f"again\n".encode())
+        os._exit(code)
+
+    def changed() -> str | None:
+        for p, fd, size in zip(paths, fds, sizes, strict=True):
+            now = os.fstat(fd).st_size
+            if now != size:
+                return f"{p} changed size under the running engine ({size} bytes at load, {now} now)"
+        return None
+
+    def poll() -> None:
+        while True:
+            ready = select.select([wake], [], [], 0.05)[0] if wake >= 0 else time.sleep(0.05)
+            why = changed()
+            if why is not None:
+                say(why)
+            if ready and signal.SIGBUS in os.read(wake, 4096):
+                say("a read through the model's file mapping failed (SIGBUS: the file was truncated, replaced "
+                    "or its storage failed)")
+
+    t = threading.Thread(target=poll, name="bmoe-model-watch", daemon=True)
+    t.start()
+    _WATCH.append(t)
+    return "SIGBUS wakeup and size check (pure Python)" if wake >= 0 else "size check every 50 ms"

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from harness.errors import UserError
+from harness.formats.files import disk_full, is_disk_full
 from harness.formats.record import Record, problem
 
 STATE_FILE = "state.jsonl"
@@ -62,7 +63,13 @@ def state_lines(samples: Iterable[dict]) -> str:
 
 
 def write_states(path: Path | str, samples: Iterable[dict]) -> None:
-    Path(path).write_text(state_lines(samples), encoding="utf-8")
+    text = state_lines(samples)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(path, len(text.encode())) from None
+        raise
 
 
 def read_states(path: Path | str) -> list[DeviceSample]:

@@ -166,6 +166,23 @@ class Metrics:
     meta: dict[str, str] = field(default_factory=dict)
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
     summaries: list[dict[str, str]] = field(default_factory=list)
+    cut_last_row: bool = False  # the last row is cut short (no final newline, or fewer fields than the header)
+
+    def problem(self, expected_rows: int | None) -> str | None:
+        """Why this file cannot stand for a finished run that recorded `expected_rows` tokens, or None:
+        a last row cut short, a row count that differs, no `# summary` line, an unmeasured wall_ms."""
+        if self.cut_last_row:
+            return f"{self.path}: its last row is cut short (the file was truncated)"
+        if expected_rows is not None and len(self.rows) != expected_rows:
+            return (f"{self.path}: {len(self.rows)} token rows, but the run recorded {expected_rows} "
+                    f"(the file was truncated or changed)")
+        if not self.summaries:
+            return f"{self.path}: no '# summary' line (the file was truncated, or the engine did not finish)"
+        for c in REQUIRED:
+            bad = int(pd.to_numeric(self.rows[c], errors="coerce").isna().sum())
+            if bad:
+                return f"{self.path}: {c} is missing or not a number in {bad} row(s)"
+        return None
 
     def col(self, name: str) -> np.ndarray | None:
         """A column as floats (NaN where unmeasured), or None when the file has no such column."""
@@ -220,6 +237,9 @@ def parse_metrics(text: str, path: str = "<text>") -> Metrics:
         raise UserError(f"{path}: {fmt} is newer than this bmoe-bench reads (v{VERSION}); upgrade bmoe")
     if not body:
         raise UserError(f"{path}: no header or rows: not a metrics CSV, or the engine wrote nothing")
+    last = text.rstrip("\n").rsplit("\n", 1)[-1]
+    cut = len(body) > 1 and ((not text.endswith("\n") and last == body[-1])
+                             or body[-1].count(",") != body[0].count(","))
     try:
         df = pd.read_csv(io.StringIO("\n".join(body)))
     except (pd.errors.ParserError, ValueError) as e:
@@ -230,7 +250,7 @@ def parse_metrics(text: str, path: str = "<text>") -> Metrics:
     for c in df.columns:
         if c not in KEEP_MINUS_ONE and pd.api.types.is_numeric_dtype(df[c]):
             df[c] = df[c].astype(float).where(df[c] != -1, np.nan)
-    return Metrics(path=path, format=fmt, meta=meta, rows=df, summaries=summaries)
+    return Metrics(path=path, format=fmt, meta=meta, rows=df, summaries=summaries, cut_last_row=cut)
 
 
 def read_metrics(path: Path | str) -> Metrics:

@@ -4,15 +4,16 @@
 `write_report` writes them (tmp name + rename); `check_report` lists the files that are not as they
 should be: raw files of a run changed since it was committed (their sha256 in the manifest), and report
 files whose committed content differs from what the raw data gives (findings.md, results.csv, and in a
-quality campaign grades.json, the replies regraded: plots depend on the matplotlib build, so they are
-regenerated but not compared)."""
+quality campaign grades.json, the replies regraded), every expected plot missing or not a whole PNG (plots
+depend on the matplotlib build, so their bytes are not compared), and temporary files left anywhere in the
+folder (a write cut short)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.formats.files import atomic_write_bytes, atomic_write_text
+from harness.formats.files import atomic_write_bytes, atomic_write_text, is_temp_name
 from harness.formats.grades import GRADES_FILE, grades_text
 from harness.formats.manifest import RUNS, load_manifest, raw_file_changes, unhashed_runs
 from harness.report.collect import load_campaign_data
@@ -22,6 +23,9 @@ from harness.report.quality import grade_folder, quality_section
 from harness.report.results import compute_results, results_frame
 
 CHECKED = ("findings.md", "results.csv")  # and grades.json in a quality campaign
+PLOTS = ("tok_s.png", "split.png", "tokens.png")  # what all_plots gives: checked present and whole
+_PNG_HEAD = b"\x89PNG\r\n\x1a\n"
+_PNG_TAIL = b"IEND\xaeB`\x82"
 
 
 @dataclass
@@ -68,20 +72,41 @@ def check_report(folder: Path | str) -> list[str]:
         p = folder / name
         if not p.is_file() or p.read_text(encoding="utf-8") != rep.texts[name]:
             bad.append(name)
+    for name in PLOTS:
+        if not _whole_png(folder / "plots" / name):
+            bad.append(f"plots/{name}")
+    bad += stray_temp_files(folder)
     return bad
+
+
+def _whole_png(p: Path) -> bool:
+    try:
+        data = p.read_bytes()
+    except OSError:
+        return False
+    return data.startswith(_PNG_HEAD) and data.endswith(_PNG_TAIL)
+
+
+def stray_temp_files(folder: Path) -> list[str]:
+    """Temporary files and folders (.NAME.tmp, .NAME.<pid>.tmp) anywhere in the folder, relative to it."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob(".*") if is_temp_name(p.name))
 
 
 def check_message(folder: Path | str, bad: list[str]) -> str:
     """The one-line error for what check_report found."""
-    raw = [b for b in bad if b.startswith(f"{RUNS}/")]
-    rep = [b for b in bad if b not in raw]
+    tmp = [b for b in bad if is_temp_name(Path(b).name)]
+    raw = [b for b in bad if b.startswith(f"{RUNS}/") and b not in tmp]
+    rep = [b for b in bad if b not in raw and b not in tmp]
     parts = []
     if raw:
         parts.append(f"{', '.join(raw)} changed since the run was committed (sha256 in manifest.json): restore "
                      f"them (git checkout -- {folder}), or rerun the runs if the change is meant")
     if rep:
-        parts.append(f"{', '.join(rep)} differ from what the raw data gives; run `bmoe-bench report {folder}` "
-                     f"and commit the result")
+        parts.append(f"{', '.join(rep)} differ from what the raw data gives, or are missing or cut short; run "
+                     f"`bmoe-bench report {folder}` and commit the result")
+    if tmp:
+        parts.append(f"{', '.join(tmp)}: temporary, left by a write cut short; delete them (a resumed "
+                     f"`bmoe-bench run` clears those under runs/)")
     return f"{folder}: " + "; ".join(parts)
 
 

@@ -77,7 +77,15 @@ def load_campaign_data(folder: Path | str) -> CampaignData:
                 metrics = read_metrics(csv)
             except UserError as e:
                 problem = str(e)
+            if metrics is not None and rec.status == "ok":
+                problem = metrics.problem(rec.tokens)
         elif rec.status == "ok":
             problem = f"{csv} is missing"
-        runs.append(RunData(rec, metrics, read_states(d / STATE_FILE), problem))
+        try:
+            states = read_states(d / STATE_FILE)
+        except UserError as e:
+            states, problem = [], problem or str(e)
+        if problem is not None:  # the same text whatever path the folder was named by
+            problem = problem.replace(f"{folder}/", "")
+        runs.append(RunData(rec, metrics, states, problem))
     return CampaignData(folder=folder, manifest=m, runs=runs)

@@ -81,6 +81,7 @@ def _max(runs: list[RunData], name: str) -> float:
     return max(vals) if vals else math.nan
 
 
+# per-run paths and texts, never a cell's configuration (cfg.csv is a temporary path on the target)
 _PER_RUN_KEYS = ("csv", "route_trace", "model", "prompt",
                  # a run's own files: they differ by run id, even between cells of a single repeat
                  "cfg.csv", "cfg.replies", "cfg.prompts_file")
@@ -143,11 +144,13 @@ def compute_results(data: CampaignData) -> Results:
         ratio = None if c.index == base_idx else stats.ratio_interval(walls, base_walls, seed + 1000 * c.index + 1)
         caps = [r.rec.peak_mem_mib for r in ok if r.rec.peak_mem_mib is not None]
         rb = _col(ok, "read_bytes", w)
-        failures = [(r.run_id, r.problem or r.rec.reason or "failed") for r in runs
-                    if r.rec.finished and not r.ok]
+        failures = [(r.run_id, r.rec.reason or r.problem or "failed") for r in runs
+                    if r.rec.finished and not r.ok and r.rec.status != "ok"]
+        invalid = [(r.run_id, r.problem or "unusable") for r in runs if r.rec.status == "ok" and not r.ok]
+        unusable = failures + [(rid, f"invalid: {why}") for rid, why in invalid]
         cells.append(CellResult(
             index=c.index, label=c.label, varied=c.varied, n_runs=len(runs), n_ok=len(ok),
-            failures=failures, tok_s=iv, ratio=ratio,
+            failures=unusable, tok_s=iv, ratio=ratio,
             run_rates=[stats.tok_s(x) for x in walls],
             io_s=_nanmean(_col(ok, "stall_ms", w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
             compute_s=_nanmean(_col(ok, "compute_ms", w)) / 1000, wall_s=_nanmean(walls) / 1000,
@@ -159,11 +162,18 @@ def compute_results(data: CampaignData) -> Results:
                   stats.variance_check(c.label, cells[-1].run_rates)):
             if f is not None:
                 findings.append(f)
+        if invalid:
+            why = "; ".join(f"{rid}: {why}" for rid, why in invalid[:3])
+            findings.append(Finding("invalid", f"{c.label}: {len(invalid)} run(s) recorded ok are left out, "
+                                    f"their raw files unusable ({why}"
+                                    + "): restore them as committed (sha256 in manifest.json), or run the "
+                                      "campaign again with --fresh.", c.label))
         if failures:
             findings.append(Finding("failed", f"{c.label}: {len(failures)} run(s) failed ("
                                     + "; ".join(f"{rid}: {why}" for rid, why in failures[:3])
-                                    + "): fix the cause and run the same command again; finished runs "
-                                      "are kept.", c.label))
+                                    + f"): fix the cause and run `{data.manifest.reproduce} --retry-failed`, "
+                                      "with --out the folder that holds this one (finished runs are kept).",
+                                    c.label))
         points += [_point(r, w, c.label) for r in ok]
     for f in (stats.drift_check(points), stats.throttle_check(points)):
         if f is not None:

@@ -103,15 +103,21 @@ def last_line(text: str, limit: int = 200) -> str:
 
 def exit_reason(code: int, stderr_tail: str) -> str:
     """The one-line reason for a non-zero exit: "engine exited 3: <last stderr line>"; negative codes
-    (Popen's killed-by-signal convention) are named by signal."""
+    (Popen's killed-by-signal convention) are named by signal. A signal sent from outside (KILL, TERM,
+    INT, HUP) says nothing of what the engine last printed, so no stderr line is added then."""
     import signal
 
     if code < 0:
         try:
-            name = signal.Signals(-code).name
+            sig = signal.Signals(-code)
+            name = sig.name
         except ValueError:
-            name = f"signal {-code}"
+            sig, name = None, f"signal {-code}"
         head = f"engine killed by {name}"
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            return head
+        if sig is signal.SIGBUS:
+            head += " (a mapped file, such as the model, was truncated or its storage failed)"
     else:
         head = f"engine exited {code}"
     tail = last_line(stderr_tail)

@@ -18,10 +18,36 @@ from pathlib import Path
 
 from harness import devstate
 from harness.errors import UserError
+from harness.formats.files import copy_file, disk_full, free_bytes, is_disk_full
 from harness.targets.base import LineCallback, RunOutcome, exit_reason
 from harness.targets.cgroup import CappedCgroup, CgroupBase, locate_self
 
 _KILL_GRACE_S = 2.0
+RUN_DIR_PREFIX = "bmoe-run-"
+TEMP_PREFIXES = (RUN_DIR_PREFIX, "bmoe-version-")  # temporary directories named <prefix><pid>-*
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_temp_dirs(tmp: str | None = None) -> list[str]:
+    """Remove bmoe's temporary directories whose process is gone (named <prefix><pid>-*)."""
+    base = Path(tmp or tempfile.gettempdir())
+    gone = []
+    for prefix in TEMP_PREFIXES:
+        for d in base.glob(f"{prefix}*"):
+            pid = d.name[len(prefix):].split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(str(d))
+    return gone
 
 
 def drop_page_cache() -> bool:
@@ -38,7 +64,9 @@ def drop_page_cache() -> bool:
 
 
 class _Pumps:
-    """Threads that copy the child's stdout and stderr into the log, stdout lines also to a callback."""
+    """Threads that copy the child's stdout and stderr into the log, stdout lines also to a callback. A
+    log write that fails (a full disk) is kept in `log_error` and the pipes are still drained to the end:
+    an engine never blocks on its output."""
 
     def __init__(self, proc: subprocess.Popen, log, on_stdout_line: LineCallback | None):
         self.lock = threading.Lock()
@@ -46,6 +74,7 @@ class _Pumps:
         self.cb = on_stdout_line
         self.stderr_tail: deque[str] = deque(maxlen=20)
         self.cb_error: BaseException | None = None
+        self.log_error: OSError | None = None
         self.threads = [
             threading.Thread(target=self._pump, args=(proc.stdout, True), daemon=True),
             threading.Thread(target=self._pump, args=(proc.stderr, False), daemon=True),
@@ -57,8 +86,12 @@ class _Pumps:
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", errors="replace")
             with self.lock:
-                self.log.write(line if line.endswith("\n") else line + "\n")
-                self.log.flush()
+                if self.log_error is None:
+                    try:
+                        self.log.write(line if line.endswith("\n") else line + "\n")
+                        self.log.flush()
+                    except OSError as e:
+                        self.log_error = e
             text = line.rstrip("\r\n")
             if is_stdout:
                 if self.cb is not None and self.cb_error is None:
@@ -73,6 +106,25 @@ class _Pumps:
     def join(self, timeout: float) -> None:
         for t in self.threads:
             t.join(timeout)
+
+
+def _die_with_parent_fn():
+    """A preexec_fn that has the kernel SIGKILL the engine when this process dies (a runner killed with -9
+    must not leave an engine running, competing with the next run for the cores); None off Linux."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def fn() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before that: do not start at all
+            os._exit(1)
+
+    return fn
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -147,8 +199,11 @@ class LocalTarget:
         return str(p.resolve())
 
     def run_dir(self) -> str:
+        """A temporary directory named after this process (bmoe-run-<pid>-*), removed by close(); those of
+        processes no longer alive (a runner killed with -9) are removed here, at the next run."""
         if self._run_dir is None:
-            self._run_dir = tempfile.mkdtemp(prefix="bmoe-run-")
+            sweep_stale_temp_dirs()
+            self._run_dir = tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-")
         return self._run_dir
 
     def sample_state(self) -> dict:
@@ -195,7 +250,13 @@ class LocalTarget:
     def _run(self, argv, cg, timeout_s, outputs, out_dir, log_path, on_stdout_line) -> RunOutcome:
         full = cg.wrap_argv(argv) if cg is not None else list(argv)
         timed_out = False
-        with open(log_path, "w", encoding="utf-8") as log:
+        try:
+            log = open(log_path, "w", encoding="utf-8")
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full(log_path, None) from None
+            raise
+        with log:
             t0 = time.monotonic()
             proc = subprocess.Popen(
                 full,
@@ -204,6 +265,7 @@ class LocalTarget:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env=self.env,
+                preexec_fn=_die_with_parent_fn(),
             )
             pumps = _Pumps(proc, log, on_stdout_line)
             try:
@@ -227,9 +289,21 @@ class LocalTarget:
             # the leader may have exited while children still hold the pipes
             _signal_group(proc.pid, signal.SIGKILL)
             pumps.join(5.0)
-            if timed_out:
-                log.write(f"[bmoe-bench] killed after the {timeout_s:g} s timeout\n")
+            if timed_out and pumps.log_error is None:
+                try:
+                    log.write(f"[bmoe-bench] killed after the {timeout_s:g} s timeout\n")
+                except OSError as e:
+                    pumps.log_error = e
+            try:
+                log.close()
+            except OSError as e:  # the flush at close
+                pumps.log_error = pumps.log_error or e
 
+        if pumps.log_error is not None:
+            e = pumps.log_error
+            if is_disk_full(e):
+                raise disk_full(log_path, None)
+            raise UserError(f"{log_path}: cannot write the engine log ({e.strerror})")
         if pumps.cb_error is not None:
             raise pumps.cb_error
         rc = proc.returncode
@@ -244,6 +318,9 @@ class LocalTarget:
             reason = f"OOM-killed under the {self.mem_cap_mib} MiB cap"
         elif rc != 0:
             reason = exit_reason(rc, stderr_tail)
+            full = _full_disk([str(Path(o).parent) for o in outputs] + [str(out_dir)])
+            if full is not None:  # the engine failed on a full disk: not the run's fault, resumable
+                raise disk_full(full, None)
 
         fetched, missing = _collect(outputs, out_dir)
         if reason is None and missing:
@@ -269,9 +346,21 @@ def _collect(outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[s
             continue
         dest = out_dir / src.name
         if src.resolve() != dest.resolve():
-            shutil.copy2(src, dest)
+            copy_file(src, dest)
         fetched[p] = dest
     return fetched, missing
+
+
+_NEARLY_FULL = 256 * 1024
+
+
+def _full_disk(dirs: list[str]) -> str | None:
+    """The first of dirs on a filesystem with (almost) no space left, if any."""
+    for d in dirs:
+        free = free_bytes(d)
+        if free is not None and free < _NEARLY_FULL:
+            return d
+    return None
 
 
 def _read(path: str) -> str:
