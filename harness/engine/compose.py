@@ -111,7 +111,9 @@ class Engine:
             for row in rows:
                 between_tokens()
                 self.pressure.add(row)
-                text = sess.piece(row.token_id).decode("utf-8", "replace")
+                # surrogateescape keeps a piece's raw bytes (a token may end inside a UTF-8 character):
+                # the text sink writes them back unchanged, as the C++ engine does
+                text = sess.piece(row.token_id).decode("utf-8", "surrogateescape")
                 for s in self.sinks:
                     s.row(row, text)
         finally:
