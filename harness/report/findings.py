@@ -100,9 +100,17 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     eng = m.engine
     h = m.harness
     preamble_ver = res.fixed_config.get("engine_version") or res.fixed_config.get("version")
-    out.append(f"- **Engine**: {eng.kind} `{preamble_ver or eng.version}`; harness "
+    engines = "; ".join(f"{k}: {e.kind} `{e.version}` (`{' '.join(e.argv0)}`)" for k, e in m.engines.items()) \
+        if m.engines else f"{eng.kind} `{preamble_ver or eng.version}`"
+    out.append(f"- **Engine{'s' if m.engines else ''}**: {engines}; harness "
                f"{h.bmoe_bench} at commit `{(h.commit or '?')[:12]}`"
                f"{' (uncommitted changes)' if h.dirty else ''}.")
+    for k, e in (p.engines or {}).items():
+        own = " ".join(f"`{f}={v}`" for f, v in e.flags.items())
+        spell = " ".join(f"`{f}` as `{t}`" if t else f"`{f}` omitted" for f, t in e.spell.items())
+        if own or spell:
+            out.append(f"  - {k}: " + "; ".join(x for x in (f"its own flags {own}" if own else "",
+                                                           f"spelling {spell}" if spell else "") if x))
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     out.append(f"- **Fixed**: base flags {flags}; {p.tokens} tokens per run, the first "
                f"{p.warmup_tokens} trimmed; {p.repeats} repeats; order {p.order} "
