@@ -275,10 +275,10 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
             m = load_manifest(folder)
             res = resolve_inputs(plan, target, console)
             was = {k: e.version for k, e in m.engines.items()} if m.engines else {"": m.engine.version}
-            for k, now in res.versions().items():
-                if was.get(k) != now:
+            for k, ver in res.versions().items():
+                if was.get(k) != ver:
                     raise UserError(f"{folder}: the engine{' ' + k if k else ''} changed since this campaign "
-                                    f"started ({was.get(k)!r} -> {now!r}); runs from two builds do not "
+                                    f"started ({was.get(k)!r} -> {ver!r}); runs from two builds do not "
                                     f"compare: finish it with the first one, or start over with --fresh")
             gone = store.clear_tmp(folder)
             adopted = store.adopt_orphans(folder, m)
