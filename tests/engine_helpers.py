@@ -35,7 +35,7 @@ def bmoe(model: Path | str, *flags: str, n: int = 24, tmp: Path, env: dict[str, 
     argv = (prefix or []) + BMOE + ["-m", str(model), "-p", prompt, "-n", str(n), "-t", "2", "--csv", str(csv), *flags]
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=600)
+    p = subprocess.run(argv, capture_output=True, text=True, errors="replace", env=e, timeout=600)
     if p.returncode == 0:
         tokens, summary, pre = read_csv(csv)
     else:

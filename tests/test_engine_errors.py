@@ -23,7 +23,8 @@ def model(tmp_path_factory) -> Path:
 
 
 def run(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run(list(prefix) + BMOE + list(argv), capture_output=True, text=True, timeout=300)
+    return subprocess.run(list(prefix) + BMOE + list(argv), capture_output=True, text=True, errors="replace",
+                          timeout=300)
 
 
 def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:

@@ -19,6 +19,8 @@ class Cell:
     varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
     line: Where  # the source line (or --set argument) that produced it
     name: str = ""  # the axis value's label; "" -> derived from what varies
+    engine: str = ""  # its engine's label on the engines axis; "" with one engine
+    setting: int = -1  # engines axis: the index of the same flags' cell of the reference engine (-1: none)
 
     @property
     def label(self) -> str:
@@ -122,11 +124,27 @@ def expand_cells(c: Campaign) -> list[Cell]:
     if problems:
         problems.sort(key=lambda t: (where_order(t[0]), t[1]))
         raise CampaignError([f"{c.place(w)}: {m}" for w, m in problems])
+    if c.engines:
+        cells = _cross_engines(cells, list(c.engines))
     if len(cells) < 2:
         raise CampaignError([f"{c.place(c.lines.get('axes', 1))}: the campaign has only the base cell: "
                              f"add an axis (axes: [{{flag: --x, values: [a, b]}}]) with a value that differs "
                              f"from the base"])
     return cells
+
+
+def _cross_engines(settings: list[Cell], engines: list[str]) -> list[Cell]:
+    """Every cell once per engine, side by side (so the run order keeps the engines of a setting adjacent):
+    the same flags, its own engine. A cell of another engine than the reference varies `engine` too, so its
+    ratio to the base is the engine's at the base setting; `setting` points at the reference's cell."""
+    out: list[Cell] = []
+    for s in settings:
+        ref = len(out)
+        for e in engines:
+            varied = {**s.varied, **({"engine": e} if e != engines[0] else {})}
+            out.append(Cell(index=len(out), flags=s.flags, varied=varied, line=s.line, name=f"{e} {s.label}",
+                            engine=e, setting=ref))
+    return out
 
 
 def order_runs(n_cells: int, repeats: int, order: str, seed: int) -> list[RunSpec]:

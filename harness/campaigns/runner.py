@@ -27,8 +27,10 @@ from harness.campaigns import store
 from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.questions import quality_record, take_replies, write_prompts_file
+from harness.campaigns.schema import Campaign
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
+from harness.formats.campaign import EngineSpec
 from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
 from harness.formats.files import copy_file, disk_full, is_disk_full
 from harness.formats.manifest import (
@@ -75,10 +77,12 @@ def plan_record(plan: Plan) -> PlanRecord:
         order=c.order, seed=c.seed, cross=c.cross, timeout_s=c.timeout_s,
         cooldown=_every_field(c.cooldown),
         base_flags=c.flags,
-        cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied) for x in plan.cells],
+        cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied,
+                        **({"engine": x.engine, "setting": x.setting} if x.engine else {})) for x in plan.cells],
         order_of_runs=[r.run_id for r in plan.runs],
         **({"overrides": list(c.overrides)} if c.overrides else {}),  # absent without any: old hashes hold
         **({"quality": quality_record(c.quality)} if c.quality else {}),  # questions and grader, before any reply
+        **({"engines": {k: _every_field(e) for k, e in c.engines.items()}} if c.engines else {}),
     )
 
 
@@ -129,6 +133,13 @@ class Resolved:
     engine_version: str
     model_path: str  # on the target
     model_desc: ModelDesc = field(default_factory=ModelDesc)
+    engines: dict[str, EngineDesc] = field(default_factory=dict)  # engines axis: label -> argv0, version
+
+    def argv0(self, label: str) -> list[str]:
+        return self.engines[label].argv0 if label else self.engine_argv0
+
+    def versions(self) -> dict[str, str]:
+        return {k: e.version for k, e in self.engines.items()} or {"": self.engine_version}
 
 
 def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
@@ -151,20 +162,25 @@ def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
     else:
         model = str(c.model.path)
         desc = ModelDesc(path=model)
-    # engine
-    if c.engine.kind == "bmoe":
+    engines = {label: _resolve_engine(c.engine_of(label), c, target) for label in c.engine_labels()}
+    ref = engines[c.engine_labels()[0]]
+    return Resolved(engine_argv0=ref.argv0, engine_version=ref.version, model_path=model, model_desc=desc,
+                    engines=engines if c.engines else {})
+
+
+def _resolve_engine(e: EngineSpec, c: Campaign, target: Target) -> EngineDesc:
+    """One engine staged on the target: its argv0 there and its `--version`."""
+    if e.kind == "bmoe":
         argv0 = [bmoe_executable()]
-        version = _version_local(argv0)
+        return EngineDesc(kind=e.kind, argv0=argv0, version=_version_local(argv0))
+    if e.push_from is not None:
+        exe = target.stage(c.resolve_local(e.push_from), "engine")
+    elif c.target.kind == "local":
+        exe = target.stage(c.resolve_local(str(e.path)), "engine")
     else:
-        if c.engine.push_from is not None:
-            exe = target.stage(c.resolve_local(c.engine.push_from), "engine")
-        elif c.target.kind == "local":
-            exe = target.stage(c.resolve_local(str(c.engine.path)), "engine")
-        else:
-            exe = str(c.engine.path)
-        argv0 = [exe]
-        version = _version_local(argv0) if c.target.kind == "local" else _version_target(target, argv0)
-    return Resolved(engine_argv0=argv0, engine_version=version, model_path=model, model_desc=desc)
+        exe = str(e.path)
+    version = _version_local([exe]) if c.target.kind == "local" else _version_target(target, [exe])
+    return EngineDesc(kind=e.kind, argv0=[exe], version=version)
 
 
 def _size_all(p: Path) -> int | None:
@@ -208,13 +224,15 @@ def new_manifest(plan: Plan, rec: PlanRecord, target_desc: dict, res: Resolved, 
         source=plan.campaign.source,
         reproduce=reproduce_command(plan),
         harness=HarnessDesc(bmoe_bench=_harness_version(), **git_commit(Path.cwd())),
-        engine=EngineDesc(kind=plan.campaign.engine.kind, argv0=res.engine_argv0, version=res.engine_version),
+        engine=EngineDesc(kind=plan.campaign.engine_of(plan.campaign.engine_labels()[0]).kind,
+                          argv0=res.engine_argv0, version=res.engine_version),
         model=res.model_desc,
         target=target_desc,
         read_bandwidth=None,
         runs=[RunRecord(run_id=r.run_id, round=r.round, cell=r.cell, position=r.position, status="pending")
               for r in plan.runs],
         sessions=[],
+        **({"engines": res.engines} if res.engines else {}),
     )
 
 
@@ -275,10 +293,12 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                 lock = store.lock_folder(folder)  # FolderBusy, naming the holder, when another runner has it
                 m = load_manifest(folder)
                 res = resolve_inputs(plan, target, console)
-                if res.engine_version != m.engine.version:
-                    raise UserError(f"{folder}: the engine changed since this campaign started "
-                                    f"({m.engine.version!r} -> {res.engine_version!r}); runs from two engines "
-                                    f"do not compare: finish it with the first one, or start over with --fresh")
+                was = {k: e.version for k, e in m.engines.items()} if m.engines else {"": m.engine.version}
+                for k, ver in res.versions().items():
+                    if was.get(k) != ver:
+                        raise UserError(f"{folder}: the engine{' ' + k if k else ''} changed since this campaign "
+                                        f"started ({was.get(k)!r} -> {ver!r}); runs from two builds do not "
+                                        f"compare: finish it with the first one, or start over with --fresh")
                 gone = store.clear_tmp(folder)
                 adopted = store.adopt_orphans(folder, m)
                 if retry_failed:
@@ -367,7 +387,7 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
         outputs.append(quality["replies"])
     # a quality run's tokens are in its CSV and its replies: no progress line per token in engine.log (a
     # hundred questions of hundreds of tokens would make it the folder's biggest file); its log has the text
-    argv = res.engine_argv0 + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv,
+    argv = res.argv0(cell.engine) + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv,
                                                progress=c.quality is None, **quality)
 
     def on_line(line: str) -> None:

@@ -20,7 +20,15 @@ from harness.campaigns.overrides import apply_overrides
 from harness.campaigns.recipe import recipe_spec
 from harness.campaigns.yamlsrc import CampaignError, Document, Loc, Where, loc_name, place, read_document, type_name
 from harness.errors import UserError
-from harness.formats.campaign import BundleAxis, CampaignFile, FlagAxis, FlagValue, render_value
+from harness.formats.campaign import (
+    BundleAxis,
+    CampaignFile,
+    EngineEntry,
+    EngineSpec,
+    FlagAxis,
+    FlagValue,
+    render_value,
+)
 from harness.formats.campaign import Cooldown as Cooldown  # re-exported: gate.py and tests import it from here
 
 
@@ -70,6 +78,14 @@ class Campaign(CampaignFile):
     def place(self, where: Where) -> str:
         """`file:line`, or the `--set` argument, for a message."""
         return place(self.source, where)
+
+    def engine_labels(self) -> list[str]:
+        """The labels of the engines axis, the reference first; [""] for a campaign with one engine."""
+        return list(self.engines) if self.engines else [""]
+
+    def engine_of(self, label: str) -> EngineSpec | EngineEntry:
+        """The engine of a cell: `engines[label]`, or the campaign's one `engine` for label ""."""
+        return self.engines[label] if label and self.engines else self.engine
 
     def resolve_local(self, p: str) -> Path:
         q = Path(p).expanduser()

@@ -11,6 +11,7 @@ from harness.campaigns.expand import Cell, RunSpec, expand_cells, flags_argv, or
 from harness.campaigns.schema import Campaign, load_campaign
 from harness.campaigns.yamlsrc import CampaignError
 from harness.errors import UserError
+from harness.formats.campaign import FlagValue
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,11 @@ class Plan:
 
 def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool,
                      prompts: str = "prompts.jsonl", replies: str = "replies.jsonl") -> list[str]:
-    """Everything after the engine executable: harness-owned flags, then the cell's flags (a quality
-    campaign's questions and replies files: `prompts`, `replies`)."""
-    a = c.engine.args
+    """Everything after the engine executable: harness-owned flags, then the cell's flags (on an engines
+    axis: with that engine's own flags added and its spellings applied; a quality campaign's questions and
+    replies files: `prompts`, `replies`)."""
+    e = c.engine_of(cell.engine)
+    a = e.args
     argv = [str(a["model"]), model, str(a["prompt"]), c.prompt, str(a["tokens"]), str(c.tokens)]
     if csv is not None:
         argv += [str(a["csv"]), csv]
@@ -32,19 +35,31 @@ def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, pr
         argv.append(str(a["progress"]))
     if c.quality is not None:
         argv += ["--prompts-file", prompts, "--replies", replies]
-    return argv + flags_argv(cell.flags)
+    return argv + flags_argv(spelled({**cell.flags, **getattr(e, "flags", {})}, getattr(e, "spell", {})))
+
+
+def spelled(flags: dict[str, FlagValue], spell: dict[str, str | None]) -> dict[str, FlagValue]:
+    """Flags in an engine's own spelling: renamed where `spell` says, dropped where it maps to None."""
+    out: dict[str, FlagValue] = {}
+    for k, v in flags.items():
+        if k in spell and spell[k] is None:
+            continue
+        out[spell.get(k) or k] = v
+    return out
 
 
 def engine_refusals(c: Campaign, cells: list[Cell]) -> list[str]:
     """`file:line: ...` for every cell the bmoe engine's own parser refuses (external engines: none); a
     cell refused for the same reason as the base cell is not listed again."""
-    if c.engine.kind != "bmoe":
+    if all(c.engine_of(e).kind != "bmoe" for e in c.engine_labels()):
         return []
     from harness.engine.config import parse_cli
 
     out = []
     base = None  # a refusal of the base cell, reported once there rather than again for every cell
     for cell in cells:
+        if c.engine_of(cell.engine).kind != "bmoe":
+            continue
         try:
             parse_cli(engine_argv_tail(c, cell, model="model.gguf", csv="run.csv", progress=True))
         except UserError as e:
@@ -64,9 +79,13 @@ def local_file_problems(c: Campaign) -> list[str]:
     for what, p in (("model.push_from", c.model.push_from), ("engine.push_from", c.engine.push_from)):
         if p is not None and not c.resolve_local(p).is_file():
             out.append(f"{c.place(c.lines.get(what.split('.')[0], 1))}: {what} {p} does not exist")
-    if c.target.kind == "local" and c.engine.kind == "external" and c.engine.path is not None:
-        if not c.resolve_local(c.engine.path).is_file():
-            out.append(f"{c.place(c.lines.get('engine', 1))}: engine.path {c.engine.path} does not exist")
+    for label in c.engine_labels():
+        e, key = c.engine_of(label), f"engines.{label}" if label else "engine"
+        if label and e.push_from is not None and not c.resolve_local(e.push_from).is_file():
+            out.append(f"{c.place(c.lines.get('engines', 1))}: {key}.push_from {e.push_from} does not exist")
+        if c.target.kind == "local" and e.kind == "external" and e.path is not None:
+            if not c.resolve_local(e.path).is_file():
+                out.append(f"{c.place(c.lines.get(key.split('.')[0], 1))}: {key}.path {e.path} does not exist")
     return out
 
 

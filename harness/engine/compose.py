@@ -123,7 +123,9 @@ class Engine:
                 self.pressure.add(row)
                 piece = sess.piece(row.token_id)
                 out += piece
-                text_delta = piece.decode("utf-8", "replace")
+                # surrogateescape keeps a piece's raw bytes (a token may end inside a UTF-8 character):
+                # the text sink writes them back unchanged, as the C++ engine does
+                text_delta = piece.decode("utf-8", "surrogateescape")
                 for s in self.sinks:
                     s.row(row, text_delta)
         finally:

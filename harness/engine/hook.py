@@ -11,7 +11,10 @@ then passed again with `ask=False`. So:
   the file mapping); on every ask we wait for that tensor's reads. Before the first wait the cache
   decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
   before they start) and the evicted slices are dropped off the compute thread. Non-last expert matmuls of a layer
-  (gate, up) are isolated too, so the last one's reads (down) overlap their compute.
+  (gate, up) are isolated too, so the last one's reads (down) overlap their compute. Without a cache, every
+  layer's tensor of one kind is placed in one shared buffer (`vm.SharedSlot`): the topk node of layer L+1 is
+  computed only after layer L's matmuls, so its reads can never overwrite slices still in use, and the buffer's
+  pages are reused every token instead of being faulted (zeroed, charged) and released again.
 - with `--dense-weights anon` (a `dense.AnonDense`), every ask of the first graphs (prefill and the first
   decode; later decodes reuse that graph) is scanned: each source that is a dense weight is rebound to its
   anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
@@ -48,7 +51,7 @@ from harness.engine.ggml import (
 )
 from harness.engine.gguf_layout import ExpertTensor, ModelLayout
 from harness.engine.reader import ExpertReader
-from harness.engine.vm import Reservation
+from harness.engine.vm import Reservation, SharedSlot
 
 if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
@@ -168,6 +171,9 @@ class StreamHook:
         self.dense = dense  # --dense-weights anon: rebind dense weights on first sight
         self._dense_scan = dense is not None
         self._dense_seen: set[int] = set()
+        # no cache: every layer's tensors of a kind share one buffer whose pages are reused every token
+        self.shared = cache is not None and not cache.enabled and reader is not None and not preload
+        self._slots: dict[str, SharedSlot] = {}
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -272,7 +278,8 @@ class StreamHook:
             raise HookError(
                 f"{name}: graph tensor shape {shape} nb2 {int(tt.nb[2])} type {int(tt.type)} does not match the "
                 f"GGUF ({et.shape}, {et.nb2}, {et.ggml_type}); was the model loaded with weight repacking?")
-        res = Reservation(et.nbytes, et.abs_offset)
+        res = self._slot(et.kind).view(et.nbytes, et.abs_offset) if self.shared else \
+            Reservation(et.nbytes, et.abs_offset)
         old = int(tt.data or 0)
         _c_vp.from_address(src + OFF_DATA).value = res.data
         if old and self.reader is not None:
@@ -287,6 +294,11 @@ class StreamHook:
             self.inflight[src] = [self._submit(b, e) for e in misses]
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
         return b
+
+    def _slot(self, kind: str) -> SharedSlot:
+        if kind not in self._slots:
+            self._slots[kind] = SharedSlot(max(t.nbytes for t in self.layout.experts.values() if t.kind == kind))
+        return self._slots[kind]
 
     def _submit(self, b: Bound, e: int) -> Future:
         et = b.et
@@ -354,7 +366,8 @@ class StreamHook:
         c = self.counters
         c.lookups += len(order)
         c.hits += len(res.hits)
-        self._drop(res.evicted)  # no cache: the previous batch
+        if not self.shared:  # shared slots: the previous batch's slices are simply overwritten
+            self._drop(res.evicted)  # no cache: the previous batch
         for e in res.misses:
             f = self.pending_drop.pop((il, e), None)
             if f is not None:

@@ -72,7 +72,16 @@ class TextSink:
         self.progress = progress
 
     def row(self, row: TokenRow, text: str) -> None:
-        self.out.write(progress_line(row, text) + "\n" if self.progress else text)
+        """`text` holds the token's raw bytes (undecodable ones as surrogate escapes): plain output writes
+        those bytes as they are; a progress line is JSON, so it carries them as U+FFFD."""
+        raw = text.encode("utf-8", "surrogateescape")
+        if self.progress:
+            self.out.write(progress_line(row, raw.decode("utf-8", "replace")) + "\n")
+        elif hasattr(self.out, "buffer"):
+            self.out.flush()
+            self.out.buffer.write(raw)
+        else:
+            self.out.write(raw.decode("utf-8", "replace"))
         self.out.flush()
 
     def finish(self, summary: Summary) -> None:

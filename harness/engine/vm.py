@@ -40,3 +40,22 @@ class Reservation:
             return 0
         self.mm.madvise(mmap.MADV_DONTNEED, a_pg - self.base, b_pg - a_pg)
         return b_pg - a_pg
+
+
+class SharedSlot:
+    """One anonymous buffer that every layer's tensor of one kind (gate, up, down) is placed in when there is
+    no expert cache: a layer's matmuls finish before the next layer's reads are issued, so the routed slices
+    of one layer at a time are all it must hold. Its pages are faulted once and reused every token (no
+    zeroing, no release), as the C++ original's shared slots. `view` places one tensor in it."""
+
+    def __init__(self, size: int):
+        self.res = Reservation(size, 0)
+
+    def view(self, size: int, file_offset: int) -> Reservation:
+        if size + file_offset % PAGE > self.res.size + PAGE:
+            raise ValueError(f"a tensor of {size} bytes does not fit the shared slot of {self.res.size}")
+        v = object.__new__(Reservation)
+        v.size, v.total, v.mm, v.base = size, self.res.total, self.res.mm, self.res.base
+        v.data = self.res.base + PAGE + (file_offset % PAGE)
+        v.file_offset = file_offset
+        return v

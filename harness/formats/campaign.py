@@ -139,6 +139,17 @@ class EngineSpec(_Model):
         description="external: how the engine spells model/prompt/tokens/csv/progress")
 
 
+class EngineEntry(EngineSpec):
+    """One engine of a campaign's `engines:` axis: what to run, plus how it differs from the campaign's
+    flags (which are written in bmoe's spelling)."""
+
+    flags: Flags = Field(default_factory=dict, description=(
+        "flags added to every cell of this engine only, e.g. {--force-cache: true}: pin a default of its own"))
+    spell: dict[FlagName, FlagName | None] = Field(default_factory=dict, description=(
+        "campaign flag -> this engine's spelling of it, or null when the engine has no such flag (omitted; "
+        "the report still checks from the CSV preambles that the setting is the same)"))
+
+
 class Cooldown(_Model):
     cpu_temp_max_c: float | None = Field(None, description="wait while the hottest CPU thermal zone is above this")
     mem_available_min_mib: int | None = Field(None, ge=0, description="wait while MemAvailable is below this")
@@ -203,6 +214,9 @@ class CampaignFile(_Model):
         default_factory=TargetSpec, description="where to run: {kind: local|adb, ...}, or just local")
     engine: Annotated[EngineSpec, BeforeValidator(_shorthand)] = Field(
         default_factory=EngineSpec, description="what to run: {kind: bmoe|external, path, push_from, args}")
+    engines: dict[Label, Annotated[EngineEntry, BeforeValidator(_shorthand)]] | None = Field(None, description=(
+        "instead of engine: label -> engine, an axis crossed with every cell (the first is the reference), "
+        "e.g. {bmoe: bmoe, cxx: {kind: external, path: bmoe-cli, spell: {--cache-policy: null}}}"))
     flags: Flags = Field(default_factory=dict, description="base engine flags, e.g. {-t: 2, --moe-stream: true}")
     axes: list[AxisSpec] = Field(default_factory=list, description=(
         "one thing varied at a time: {flag: --x, values: [...]} or {name: x, values: {label: {flags}}}"))
@@ -228,9 +242,39 @@ class CampaignFile(_Model):
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))
-        if self.engine.kind == "bmoe":
+        if self.engine.kind == "bmoe" or any(e.kind == "bmoe" for e in (self.engines or {}).values()):
             out += [(loc, f"{loc[0]}: {f} is set by the harness from '{BMOE_MANAGED[f]}'; remove it")
                     for loc, f in self._flag_uses() if f in BMOE_MANAGED]
+        return out + self._engines_problems()
+
+    def _engines_problems(self) -> list[tuple[Loc, str]]:
+        if self.engines is None:
+            return []
+        out: list[tuple[Loc, str]] = []
+        if "engine" in self.model_fields_set:
+            out.append((("engines",), "give either engine (one engine) or engines (an axis of engines), not both"))
+        if len(self.engines) < 2:
+            out.append((("engines",), "engines needs at least two engines to compare; with one, use engine:"))
+        for label, e in self.engines.items():
+            loc: Loc = ("engines", label)
+            if e.kind == "external" and (e.path is None) == (e.push_from is None):
+                out.append((loc, f"engines.{label}: kind external needs exactly one of path or push_from"))
+            if e.kind == "bmoe":
+                out += [(loc + (k,), f"engines.{label}.{k} is for external engines") for k in ("path", "push_from")
+                        if getattr(e, k) is not None]
+                out += [(loc + (k,), f"engines.{label}.{k}: bmoe's flags are the campaign's own")
+                        for k in ("args", "spell") if k in e.model_fields_set]
+                if self.target.kind == "adb":
+                    out.append((loc, f"engines.{label}: bmoe runs where Python runs (target local)"))
+            varied = {f for loc_, f in self._flag_uses() if loc_[0] in ("axes", "cells")}
+            out += [(loc + ("flags", f), f"engines.{label}.flags: {f} is varied by the campaign; an engine's own "
+                                         f"flags pin what the cells leave alone") for f in e.flags if f in varied]
+            names = list(dict.fromkeys([f for _, f in self._flag_uses() if not _ == ("engines",)] + list(e.flags)))
+            spelt: dict[str, str] = {}
+            for f in names:
+                to = e.spell.get(f, f)
+                if to is not None and spelt.setdefault(to, f) != f:
+                    out.append((loc + ("spell",), f"engines.{label}.spell: {spelt[to]} and {f} are both spelt {to}"))
         return out
 
     def _part_problems(self) -> list[tuple[Loc, str]]:
@@ -250,7 +294,7 @@ class CampaignFile(_Model):
         if t.kind == "adb":
             if t.mem_cap_mib is not None or t.drop_caches:
                 out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
-            if e.kind == "bmoe":
+            if e.kind == "bmoe" and self.engines is None:
                 out.append((("engine",) if "engine" in self.model_fields_set else ("target",),
                             "engine bmoe runs where Python runs (target local); on a phone use "
                             "engine: {kind: external, path: /data/local/tmp/bmoe/bmoe-cli}"))
@@ -298,6 +342,8 @@ class CampaignFile(_Model):
             else:
                 uses += [(("axes", i, "values", label, f), f) for label, fl in ax.values.items() for f in fl]
         uses += [(("cells", i, f), f) for i, fl in enumerate(self.cells) for f in fl]
+        uses += [(("engines", label, "flags", f), f) for label, e in (self.engines or {}).items()
+                 if e.kind == "bmoe" for f in e.flags]
         return uses
 
 

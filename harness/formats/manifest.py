@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr
 
 from harness.errors import UserError
-from harness.formats.campaign import Cooldown, EngineSpec, ModelSource, TargetSpec
+from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, TargetSpec
 from harness.formats.devstate import STATE_FILE
 from harness.formats.files import atomic_write_json, sha256_file
 from harness.formats.outcome import OUTCOME_FILE, Outcome
@@ -50,6 +50,8 @@ class PlanCell(Record):
     label: str
     flags: dict[str, FlagValue]  # the cell's full engine flags
     varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
+    engine: str | None = None  # engines axis only: the cell's engine label (set only there)
+    setting: int | None = None  # engines axis only: the reference engine's cell with the same flags
 
 
 class QualityRecord(Record):
@@ -84,6 +86,7 @@ class PlanRecord(Record):
     order_of_runs: list[str]
     overrides: list[str] = []  # `--set KEY=VALUE` arguments applied to the file, as given (set only when any)
     quality: QualityRecord | None = None  # quality campaigns only (absent otherwise: older plans hash the same)
+    engines: dict[str, EngineEntry] | None = None  # the engines axis, reference first (set only when given)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------
@@ -216,12 +219,13 @@ class Manifest(Record):
     source: str
     reproduce: str
     harness: HarnessDesc
-    engine: EngineDesc
+    engine: EngineDesc  # with an engines axis: the reference engine's
     model: ModelDesc
     target: TargetDesc
     read_bandwidth: ReadBandwidth | None
     runs: list[RunRecord]
     sessions: list[SessionRecord]
+    engines: dict[str, EngineDesc] | None = None  # engines axis: every engine, by label (set only there)
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @property

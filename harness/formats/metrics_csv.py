@@ -5,7 +5,8 @@ a header, one row per token, and a `# summary k=v ...` line after each generatio
 `TokenRow`: its fields are the columns, in order, with their units in the names. `compute_ms` is the
 residual wall - stall - mgmt (the writer's preamble says so). A value that was not measured is written
 as -1, never 0, and read back as NaN. Readers go by column name: older files and the C++ engine's have
-fewer columns, and may have no preamble.
+fewer columns, and may have no preamble; its preamble lines (after `# engine=<version>`) carry several
+`key=value` each, read as separate keys.
 """
 
 from __future__ import annotations
@@ -228,8 +229,11 @@ def parse_metrics(text: str, path: str = "<text>") -> Metrics:
             elif s.startswith("summary"):
                 summaries.append(_kv(s[len("summary"):]))
             elif "=" in s:
-                k, v = s.split("=", 1)
-                meta[k.strip()] = v.strip()
+                if meta.get("engine", "bmoe") != "bmoe" and all("=" in t for t in s.split()):
+                    meta.update(_kv(s))  # the C++ engine writes several key=value per preamble line
+                else:
+                    k, v = s.split("=", 1)
+                    meta[k.strip()] = v.strip()
             continue
         if line.strip():
             body.append(line)

@@ -18,6 +18,7 @@ from harness.formats.grades import GRADES_FILE, grades_text
 from harness.formats.manifest import RUNS, load_manifest, raw_file_changes, unhashed_runs
 from harness.report.collect import load_campaign_data
 from harness.report.findings import render_findings
+from harness.report.peers import check_engines
 from harness.report.plots import all_plots
 from harness.report.quality import grade_folder, quality_section
 from harness.report.results import compute_results, results_frame
@@ -37,6 +38,7 @@ class Report:
 def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     folder = Path(folder)
     data = load_campaign_data(folder)
+    check_engines(data)  # an engines axis compares only cells that differ by the engine alone
     res = compute_results(data)
     prev_path = folder / "findings.md"
     previous = prev_path.read_text(encoding="utf-8") if prev_path.is_file() else None

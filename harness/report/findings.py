@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from harness.report.collect import CampaignData
+from harness.report.peers import engines_section
 from harness.report.results import Results
 
 AUTHOR_BEGIN = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->"
@@ -99,9 +100,17 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     eng = m.engine
     h = m.harness
     preamble_ver = res.fixed_config.get("engine_version") or res.fixed_config.get("version")
-    out.append(f"- **Engine**: {eng.kind} `{preamble_ver or eng.version}`; harness "
+    engines = "; ".join(f"{k}: {e.kind} `{e.version}` (`{' '.join(e.argv0)}`)" for k, e in m.engines.items()) \
+        if m.engines else f"{eng.kind} `{preamble_ver or eng.version}`"
+    out.append(f"- **Engine{'s' if m.engines else ''}**: {engines}; harness "
                f"{h.bmoe_bench} at commit `{(h.commit or '?')[:12]}`"
                f"{' (uncommitted changes)' if h.dirty else ''}.")
+    for k, e in (p.engines or {}).items():
+        own = " ".join(f"`{f}={v}`" for f, v in e.flags.items())
+        spell = " ".join(f"`{f}` as `{t}`" if t else f"`{f}` omitted" for f, t in e.spell.items())
+        if own or spell:
+            out.append(f"  - {k}: " + "; ".join(x for x in (f"its own flags {own}" if own else "",
+                                                           f"spelling {spell}" if spell else "") if x))
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
     out.append(f"- **Fixed**: base flags {flags}; {per}, the first "
@@ -277,6 +286,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += ["## Results", ""] + _table(res) + [""]
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
+    L += engines_section(data)
     L += ["## Run order and entry state", "",
           f"{len(data.runs)} runs, {n_fail} failed. Entry state is the device sample that passed the cooldown "
           f"gate just before the run; samples about once a second during each run are in runs/<id>/state.jsonl.",

@@ -15,6 +15,7 @@ campaign: it is listed under "Not in the tables" (a cache-replay study, when it 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -170,8 +171,17 @@ def summarize(name: str, data: CampaignData, res: Results) -> Folder:
             f"{data.warmup} dropped as warm-up), on {where}"
             + (f" under a {cap:g} MiB memory cap" if cap else "")
             + f"; harness commit `{commit}`; reproduce: `{m.reproduce}`.")
+    if p.engines:  # an engines axis: the model and each setting as the reference engine (bmoe) recorded them
+        model = model_of(data, dataclasses.replace(res, fixed_config=res.cells[0].config))
     f = Folder(name=name, created=m.created, model=model, note=note)
-    if model is not None:
+    if model is not None and p.engines:
+        by = {c.index: c for c in res.cells}
+        for pc, c in zip(data.cells, res.cells, strict=True):
+            ref = by[pc.setting if pc.setting is not None else pc.index]
+            row = cell_row(dataclasses.replace(c, config=ref.config), model, cap, name)
+            row.setup = f"{pc.engine}: {row.setup}"
+            f.rows.append(row)
+    elif model is not None:
         f.rows = [cell_row(c, model, cap, name) for c in res.cells]
     return f
 

@@ -81,6 +81,16 @@ def _max(runs: list[RunData], name: str) -> float:
     return max(vals) if vals else math.nan
 
 
+def _io_wait(runs: list[RunData], warmup: int) -> list[np.ndarray]:
+    """Per-token time waiting for expert reads: stall_ms, except for the C++ engine without its overlap seam
+    (preamble overlap=0), whose reads are serial: there the wait is all of io_ms and stall_ms is 0."""
+    out = []
+    for r in runs:
+        serial = r.metrics is not None and r.metrics.meta.get("overlap") == "0"
+        out += _col([r], "io_ms" if serial else "stall_ms", warmup)
+    return out
+
+
 # per-run paths and texts, never a cell's configuration (cfg.csv is a temporary path on the target)
 _PER_RUN_KEYS = ("csv", "route_trace", "model", "prompt",
                  # a run's own files: they differ by run id, even between cells of a single repeat
@@ -152,7 +162,7 @@ def compute_results(data: CampaignData) -> Results:
             index=c.index, label=c.label, varied=c.varied, n_runs=len(runs), n_ok=len(ok),
             failures=unusable, tok_s=iv, ratio=ratio,
             run_rates=[stats.tok_s(x) for x in walls],
-            io_s=_nanmean(_col(ok, "stall_ms", w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
+            io_s=_nanmean(_io_wait(ok, w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
             compute_s=_nanmean(_col(ok, "compute_ms", w)) / 1000, wall_s=_nanmean(walls) / 1000,
             mib_per_tok=_nanmean(rb) / 2**20, hit_pct=_last(ok, "cache_hit_pct"),
             peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
@@ -189,6 +199,8 @@ def compute_results(data: CampaignData) -> Results:
                                         f"target: runs were not gated on it."))
     base = next(x for x in cells if x.index == base_idx)
     cfg = [k for k in varying if k.startswith("cfg.") or k == "mode"]
+    if data.plan.engines:  # engines write different preamble keys: cells are named by engine and setting instead
+        cfg = []
     return Results(cells=cells, base=base, findings=findings, varying_keys=cfg,
                    varying_facts=[k for k in varying if k not in cfg], fixed_config=fixed, seed=seed)
 
