@@ -204,6 +204,10 @@ class ModelLayout:
     nonexpert_bytes: int = 0
     chat_template: str = ""  # tokenizer.chat_template ("" when the file has none)
     dense: dict[str, DenseTensor] = field(default_factory=dict)  # every non-expert tensor, by name
+    # nextn (MTP) blocks: counted in block_count, after the trunk; the main graph never runs them and the loader
+    # skips their tensors unless asked for the MTP head, so they are neither streamed nor dense
+    n_layer_nextn: int = 0
+    nextn_bytes: int = 0
 
     @property
     def moe_layers(self) -> list[int]:
@@ -224,6 +228,7 @@ class ModelLayout:
 # blk.<il>.<name>.<suffix>: only a `.weight` of a streamed name is a routed-expert tensor; its `.bias`
 # companions (gpt-oss) and every other per-layer tensor are dense bytes of that layer
 _BLK_RE = re.compile(r"^blk\.(\d+)\.(.+)\.(weight|bias|scale)$")
+_NEXTN_RE = re.compile(r"^blk\.(\d+)\.")  # any tensor of a block, whatever its suffix (blk.<il>.ssm_a has none)
 
 
 def load_layout(model: Path | str) -> ModelLayout:
@@ -254,8 +259,14 @@ def load_layout(model: Path | str) -> ModelLayout:
         chat_template=str(h0.kv.get("tokenizer.chat_template", "") or ""),
     )
     streamed = set(row.expert_tensors)
+    lay.n_layer_nextn = int(h0.kv.get(f"{arch}.nextn_predict_layers", 0) or 0)
+    trunk = n_layer - lay.n_layer_nextn
     for h in headers:
         for t in h.tensors:
+            blk = _NEXTN_RE.match(t.name)
+            if blk and lay.n_layer_nextn and int(blk.group(1)) >= trunk:
+                lay.nextn_bytes += t.nbytes
+                continue
             m = _BLK_RE.match(t.name)
             if m and m.group(2) in streamed and m.group(3) == "weight":
                 il = int(m.group(1))

@@ -31,6 +31,18 @@ REGISTRY: dict[str, ArchRow] = {
         # MXFP4 weights; streaming them would add three sub-page reads per expert miss for no memory worth having
         ArchRow("gpt-oss", ("ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"),
                 note="OpenAI gpt-oss (MXFP4 experts); expert biases, router (+bias), attention sinks resident"),
+        # archb: standard expert names; what differs (MTP blocks, leading/interleaved dense layers, shared
+        # experts, exp_probs_b) is read from the file by gguf_layout, not from the row
+        ArchRow("qwen35moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="Qwen3.5/3.6 MoE: gated delta net + attention; shared expert, MTP block (not run) resident"),
+        ArchRow("qwen3next", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="Qwen3-Next: gated delta net + attention; shared expert, MTP block (not run) resident"),
+        ArchRow("lfm2moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="LFM2 MoE: short convolutions + attention; leading dense blocks, exp_probs_b resident"),
+        ArchRow("minimax-m2", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="MiniMax-M2: sigmoid routing with exp_probs_b (resident)"),
+        ArchRow("llama4", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
+                note="Llama 4: MoE every n-th layer (interleaved dense FFNs), shared expert resident"),
     )
 }
 

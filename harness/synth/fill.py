@@ -116,6 +116,9 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
         if t.init == "ones":
             yield np.ones((r1 - r0) * t.ne[0], dtype="<f4").tobytes()
             continue
+        if t.init == "const":
+            yield np.full((r1 - r0) * t.ne[0], t.std, dtype="<f4").tobytes()
+            continue
         rng = _rng(seed, t.name, ci)
         if t.init == "blocks":
             n_blocks = (r1 - r0) * t.ne[0] // blk

@@ -12,7 +12,7 @@ from gguf.constants import GGUFValueType as VT
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
-from harness.synth.spec import ModelSpec, validate
+from harness.synth.spec import ModelSpec, arch_module, validate
 from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
@@ -96,7 +96,10 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
             KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
         ]
-    if a == "qwen3":
+    mod = arch_module(a)
+    if mod is not None:
+        kvs = mod.kvs(spec, kvs)
+    elif a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from harness.errors import UserError
 from harness.synth.tokenizer import TEMPLATES, specials_for
@@ -45,10 +46,26 @@ class ModelSpec:
     rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
     rope_yarn_orig_ctx: int = 0  # YaRN's original context length
     n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
+    # options of an arch laid out by its own module in harness.synth.archs (its OPTS names them), as pairs
+    arch_opts: tuple[tuple[str, Any], ...] = ()
 
     @property
     def is_moe(self) -> bool:
-        return self.arch in MOE_ARCHS
+        return self.arch in MOE_ARCHS or arch_module(self.arch) is not None
+
+
+def arch_module(arch: str):
+    """The arch's layout module in harness.synth.archs, or None (imported late: those modules import this one)."""
+    from harness.synth import archs
+
+    return archs.find(arch)
+
+
+def all_archs() -> tuple[str, ...]:
+    """The archs the writer lays out: those of tensors.py, then those with a module of their own."""
+    from harness.synth import archs
+
+    return ARCHS + tuple(a for a in archs.names() if a not in ARCHS)
 
 
 def min_vocab(arch: str, template: str = "") -> int:
@@ -63,7 +80,8 @@ def _need(cond: bool, msg: str) -> None:
 
 def validate(spec: ModelSpec) -> None:
     """Refuse a spec llama.cpp could not load, naming the flag to change."""
-    _need(spec.arch in ARCHS, f"--arch {spec.arch!r} is not one of {', '.join(ARCHS)}")
+    mod = arch_module(spec.arch)
+    _need(spec.arch in ARCHS or mod is not None, f"--arch {spec.arch!r} is not one of {', '.join(all_archs())}")
     _need(
         spec.expert_type in EXPERT_TYPES,
         f"--expert-type {spec.expert_type!r} is not one of {', '.join(EXPERT_TYPES)}",
@@ -150,3 +168,5 @@ def validate(spec: ModelSpec) -> None:
             spec.n_ff % dblk == 0,
             f"--dense-ff {spec.n_ff} is not a multiple of {dblk}, which --dense-type {spec.dense_type} needs",
         )
+    if mod is not None:
+        mod.validate(spec)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from harness.synth import tokenizer as tok
-from harness.synth.spec import ModelSpec
+from harness.synth.spec import ModelSpec, arch_module
 
 GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39}
 # dtype -> (elements per block, bytes per block)
@@ -39,7 +39,7 @@ class TensorPlan:
     name: str
     ne: tuple[int, ...]
     dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4
-    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks)
+    init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks) | "const" (= std)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
     layer: int = -1
@@ -180,6 +180,9 @@ def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
 
 
 def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
+    mod = arch_module(spec.arch)
+    if mod is not None:
+        return mod.tensors(spec)
     vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch, spec.chat_template)).control_ids)
     d, dt = spec.n_embd, spec.dense_type
     out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]

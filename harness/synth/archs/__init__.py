@@ -1,0 +1,50 @@
+"""Per-architecture synthetic layouts, one small module each: `harness.synth.archs.<arch>` ('-' spelled '_').
+
+A module holds exactly what llama.cpp's loader creates for its arch (an extra tensor is fatal) and the keys its
+hparams loader needs. It defines ARCH (the general.architecture value), SPEC_DEFAULTS (ModelSpec fields for the
+tiny model, under a shape's fields and explicit flags), OPTS (defaults of its own ModelSpec.arch_opts),
+validate(spec), tensors(spec) (every tensor, in file order) and kvs(spec, base) (the model keys: `base` holds
+the common ones, from general.architecture to rope.freq_base)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+from types import ModuleType
+from typing import Any
+
+
+def _module_name(arch: str) -> str:
+    return f"{__name__}.{arch.replace('-', '_')}"
+
+
+def find(arch: str) -> ModuleType | None:
+    """The layout module of `arch`, or None when the arch has none (then tensors.py lays it out)."""
+    if not arch or not arch.replace("-", "_").isidentifier():
+        return None
+    name = _module_name(arch)
+    if importlib.util.find_spec(name) is None:
+        return None
+    mod = importlib.import_module(name)
+    return mod if getattr(mod, "ARCH", None) == arch else None
+
+
+def names() -> tuple[str, ...]:
+    """Every arch with a layout module here, sorted."""
+    out = []
+    for m in pkgutil.iter_modules(__path__):
+        if not m.name.startswith("_"):
+            arch = getattr(importlib.import_module(f"{__name__}.{m.name}"), "ARCH", None)
+            if arch:
+                out.append(arch)
+    return tuple(sorted(out))
+
+
+def opts(spec: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The module's OPTS with the spec's arch_opts over them; an unknown option is a programming error."""
+    given = dict(spec.arch_opts)
+    unknown = set(given) - set(defaults)
+    if unknown:
+        raise ValueError(f"{spec.arch}: unknown arch_opts {sorted(unknown)}; known: {sorted(defaults)}")
+    return {**defaults, **given}
