@@ -16,7 +16,7 @@ from harness.synth.spec import ModelSpec, arch_module, validate
 from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
-FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38}
+FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38, "q5_k": 17, "q6_k": 18}
 
 
 @dataclass(frozen=True)

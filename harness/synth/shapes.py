@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from harness.errors import UserError
+from harness.synth import archs
 from harness.synth.spec import ModelSpec, arch_module
 
 # Qwen3-30B-A3B's real layer count, experts, top-k, widths and heads; a small byte-level vocab instead of
@@ -80,6 +81,10 @@ SHAPES: dict[str, dict[str, object]] = {
     "gpt-oss-20b": {**_GPT_OSS, "n_layer": 24, "n_expert": 32},
     "gpt-oss-120b": {**_GPT_OSS, "n_layer": 36, "n_expert": 128},
 }
+
+
+# the real shapes of archs laid out by their own modules (harness.synth.archs), e.g. qwen3.6-35b-a3b
+SHAPES.update({k: v for k, v in archs.shapes().items() if k not in SHAPES})
 
 
 def shape_spec(name: str, **overrides: object) -> ModelSpec:

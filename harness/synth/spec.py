@@ -12,11 +12,11 @@ from harness.synth.tokenizer import TEMPLATES, specials_for
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
 ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
 MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
-EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4")
-DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0")
+EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4", "q5_k", "q6_k")
+DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q5_k", "q6_k")
 
 # the row length (ne[0]) of a tensor of this type must be a multiple of this
-BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32}
+BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32, "q5_k": 256, "q6_k": 256}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from harness.synth import tokenizer as tok
 from harness.synth.spec import ModelSpec, arch_module
 
-GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39}
+GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39, "q5_k": 13, "q6_k": 14}
 # dtype -> (elements per block, bytes per block)
 BLOCK: dict[str, tuple[int, int]] = {
     "f32": (1, 4),
@@ -18,6 +18,8 @@ BLOCK: dict[str, tuple[int, int]] = {
     "q8_0": (32, 34),
     "q4_k": (256, 144),
     "mxfp4": (32, 17),
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
 }
 
 # Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
@@ -38,7 +40,7 @@ SINK_STD = 1.0
 class TensorPlan:
     name: str
     ne: tuple[int, ...]
-    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4
+    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4 | q5_k | q6_k
     init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks) | "const" (= std)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
@@ -62,7 +64,7 @@ class TensorPlan:
 
 def _lin(name: str, n_in: int, n_out: int, dtype: str, layer: int, gain: float = 1.0) -> TensorPlan:
     # quantised dense weights are random blocks like the experts: quantising gaussians is ~20x slower
-    init = "blocks" if dtype == "q8_0" else "normal"
+    init = "normal" if dtype in ("f32", "f16") else "blocks"
     return TensorPlan(name, (n_in, n_out), dtype, init, gain / math.sqrt(n_in), layer=layer)
 
 

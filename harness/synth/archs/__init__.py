@@ -2,9 +2,9 @@
 
 A module holds exactly what llama.cpp's loader creates for its arch (an extra tensor is fatal) and the keys its
 hparams loader needs. It defines ARCH (the general.architecture value), SPEC_DEFAULTS (ModelSpec fields for the
-tiny model, under a shape's fields and explicit flags), OPTS (defaults of its own ModelSpec.arch_opts),
-validate(spec), tensors(spec) (every tensor, in file order) and kvs(spec, base) (the model keys: `base` holds
-the common ones, from general.architecture to rope.freq_base)."""
+tiny model, under a shape's fields and explicit flags), OPTS (defaults of its own ModelSpec.arch_opts), SHAPES
+(named real shapes for make-model --shape), validate(spec), tensors(spec) (every tensor, in file order) and
+kvs(spec, base) (the model keys; `base` holds the common ones, from general.architecture to rope.freq_base)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,16 @@ def names() -> tuple[str, ...]:
             if arch:
                 out.append(arch)
     return tuple(sorted(out))
+
+
+def shapes() -> dict[str, dict[str, Any]]:
+    """Named real shapes (`make-model --shape`) the modules define in their SHAPES, each naming its arch."""
+    out: dict[str, dict[str, Any]] = {}
+    for arch in names():
+        mod = find(arch)
+        for name, fields in getattr(mod, "SHAPES", {}).items():
+            out[name] = {"arch": arch, **fields}
+    return out
 
 
 def opts(spec: Any, defaults: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ OPTS: dict[str, Any] = dict(
     ssm_dt_rank=4,  # value heads
     ssm_d_conv=4,
     rope_dim=16,  # rotated dims of a full-attention head (partial RoPE)
+    more_bits_type="",  # a K-quant _M mix: this type for ffn_down*/attn_v of llama.cpp's use_more_bits layers
+    embd_type="",  # the token embedding's type ("" = the dense type)
 )
 SPEC_DEFAULTS: dict[str, Any] = {}
 
@@ -103,6 +105,11 @@ def nextn(spec: ModelSpec, il: int) -> list[TensorPlan]:
 
 def n_blocks(spec: ModelSpec) -> int:
     return spec.n_layer + dims(spec)["n_nextn"]
+
+
+def mix(spec: ModelSpec, tensors: list[TensorPlan]) -> list[TensorPlan]:
+    o = dims(spec)
+    return P.k_mix(tensors, o["more_bits_type"], o["embd_type"], n_blocks(spec))
 
 
 def kvs(spec: ModelSpec, base: list[KV], sections: bool) -> list[KV]:

@@ -87,3 +87,28 @@ def u32_array(key: str, values: list[int]) -> KV:
 def without(kvs: list[KV], *suffixes: str) -> list[KV]:
     """kvs minus the keys ending in any of the suffixes."""
     return [kv for kv in kvs if not kv.key.endswith(suffixes)]
+
+
+def more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits (llama-quant.cpp): the layers a K-quant _M mix gives a bigger type."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def k_mix(tensors: list[TensorPlan], more_bits_type: str, embd_type: str, n_blocks: int) -> list[TensorPlan]:
+    """The part of llama.cpp's Q4_K_M/Q5_K_M type choice that moves file sizes: every ffn_down* (dense, routed,
+    shared) of a use_more_bits layer and the attn_v of a use_more_bits attention layer in `more_bits_type`, the
+    token embedding in `embd_type` ("" leaves either alone)."""
+    import dataclasses
+
+    wv = sorted(t.layer for t in tensors if t.name.endswith(".attn_v.weight"))
+    out = []
+    for t in tensors:
+        new = ""
+        if more_bits_type and ".ffn_down" in t.name and more_bits(t.layer, n_blocks):
+            new = more_bits_type
+        elif more_bits_type and t.name.endswith(".attn_v.weight") and more_bits(wv.index(t.layer), len(wv)):
+            new = more_bits_type
+        elif embd_type and t.name == "token_embd.weight":
+            new = embd_type
+        out.append(dataclasses.replace(t, dtype=new, init="blocks") if new and new != t.dtype else t)
+    return out

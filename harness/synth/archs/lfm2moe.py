@@ -20,7 +20,25 @@ OPTS: dict[str, Any] = dict(
     attn_layers=(2, 5),
     l_cache=3,  # short convolution length
     tied_output=False,  # no output.weight: the head is the token embedding (the published files)
+    more_bits_type="",  # a K-quant _M mix: this type for ffn_down*/attn_v of llama.cpp's use_more_bits layers
+    embd_type="",  # the token embedding's type ("" = the dense type)
 )
+
+# LFM2-8B-A1B and LFM2.5-8B-A1B (the same layers; LFM2.5's vocab is 128000): 24 layers, 2048 wide, 2 leading
+# dense blocks of 7168, 32 experts of 1792, top-4; attention (32 heads, 8 KV heads of 64) in layers 2, 6, 10, 14,
+# 18, 21, short convolutions of length 3 elsewhere; tied output head. Types as llama.cpp's Q5_K_M (the file the
+# original streamed, LFM2.5-8B-A1B-Q5_K_M): Q5_K, Q6_K for the tied embedding and for every ffn_down* and attn_v
+# of its use_more_bits layers; norms, routers, exp_probs_b and the convolution kernels f32.
+_LFM2 = dict(
+    n_layer=24, n_expert=32, n_expert_used=4, n_embd=2048, n_ff_exp=1792, n_ff=7168, n_head=32, n_head_kv=8,
+    head_dim=64, ctx_len=128000, expert_type="q5_k", dense_type="q5_k", rms_eps=1e-5,
+    arch_opts=(("n_dense_lead", 2), ("attn_layers", (2, 6, 10, 14, 18, 21)), ("l_cache", 3), ("tied_output", True),
+               ("more_bits_type", "q6_k"), ("embd_type", "q6_k")),
+)
+SHAPES = {
+    "lfm2-8b-a1b": {**_LFM2, "n_vocab": 65536, "rope_freq_base": 1_000_000.0},
+    "lfm2.5-8b-a1b": {**_LFM2, "n_vocab": 128000, "rope_freq_base": 5_000_000.0},
+}
 SPEC_DEFAULTS: dict[str, Any] = dict(n_layer=6)
 GATING_SIGMOID = 2
 
@@ -64,7 +82,7 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
                 P._lin(p + "shortconv.in_proj.weight", d, 3 * d, dt, il),
                 P._lin(p + "shortconv.out_proj.weight", d, d, dt, il),
             ]
-    return out
+    return P.k_mix(out, o["more_bits_type"], o["embd_type"], spec.n_layer)
 
 
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:

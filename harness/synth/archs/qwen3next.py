@@ -27,7 +27,7 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
         out += G.moe(spec, il)
         if il >= spec.n_layer:
             out += G.nextn(spec, il)
-    return out + P.output(spec)
+    return G.mix(spec, out + P.output(spec))
 
 
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
