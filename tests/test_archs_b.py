@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from gguf import GGUFReader
+from gguf.constants import GGMLQuantizationType as QT
+from gguf.quants import dequantize
 from test_engine_gates import _stream, resident  # noqa: F401  (resident: its fixture, over this module's `models`)
 
 from harness.bench_cli import main as bench_main
 from harness.engine.gguf_layout import load_layout
 from harness.engine.registry import REGISTRY
 from harness.formats.route_trace import DECODE, read_route_trace
-from harness.synth import make_model, plan_model
+from harness.synth import expert_locations, make_model, plan_model
+from harness.synth.archs import _parts as P
+from harness.synth.fill import tensor_chunks
 from harness.synth.shapes import shape_spec
 
 ARCHS = ("qwen35moe", "qwen3next", "lfm2moe", "minimax-m2", "llama4")
@@ -100,12 +105,81 @@ def test_llama4_and_minimax_layers(tmp_path: Path) -> None:
     assert _kv(r, "minimax-m2.expert_gating_func") == 2 and "blk.0.exp_probs_b.bias" in names
 
 
+# -- real shapes (make-model --shape, --dry-run) -------------------------------------------------------------
+
+# Published files: the original's Qwen3.6 model, bartowski's Qwen_Qwen3.6-35B-A3B-Q4_K_M.gguf, 22.3 GB (the
+# original's README and its desktop campaign's CSV preamble); LiquidAI's LFM2.5-8B-A1B-Q5_K_M.gguf, the lfm2moe file
+# the original streamed, whose tensor data llama.cpp reports as 5.61 GiB (256 tensors: 123 f32, 118 q5_K, 15 q6_K;
+# the original's 2026-07-20-sidecar load log).
+QWEN36_PUBLISHED_BYTES = 22.3e9
+LFM25_PUBLISHED_GIB = 5.61
+
+
+def test_qwen36_shape_is_the_published_config_within_5pct_of_the_file() -> None:
+    spec = shape_spec("qwen3.6-35b-a3b")
+    assert (spec.arch, spec.n_layer, spec.n_expert, spec.n_expert_used, spec.n_embd, spec.n_ff_exp) == (
+        "qwen35moe", 40, 256, 8, 2048, 512)
+    assert (spec.n_head, spec.n_head_kv, spec.head_dim, spec.n_vocab, spec.n_ff_shexp) == (16, 2, 256, 248320, 512)
+    plan = plan_model(spec)
+    kv = {k.key: k.value for k in plan.kvs}
+    assert kv["qwen35moe.block_count"] == 41 and kv["qwen35moe.nextn_predict_layers"] == 1
+    assert (kv["qwen35moe.ssm.inner_size"], kv["qwen35moe.ssm.group_count"], kv["qwen35moe.ssm.time_step_rank"]) == (
+        4096, 16, 32)
+    assert kv["qwen35moe.rope.dimension_sections"] == [11, 11, 10, 0]
+    # full attention in layers 3, 7, ..., 39 and the MTP block 40; gated delta net in the other 30
+    names = {t.name for t in plan.tensors}
+    assert sorted(il for il in range(41) if f"blk.{il}.attn_q.weight" in names) == [*range(3, 40, 4), 40]
+    assert sum(f"blk.{il}.ssm_a" in names for il in range(41)) == 30
+    # Q4_K gate/up, 589824 B each per expert; down Q4_K or, in the use_more_bits layers, Q6_K (860160 B)
+    nb = {(loc.layer, loc.role): loc.nb for loc in expert_locations(plan)}
+    assert {nb[il, "gate"] for il in range(41)} == {2048 * 512 // 256 * 144}
+    more = [il for il in range(41) if nb[il, "down"] == 512 * 2048 // 256 * 210]
+    assert more == [il for il in range(41) if il < 5 or il >= 35 or (il - 5) % 3 == 2] and len(more) == 21
+    assert abs(plan.total_bytes / QWEN36_PUBLISHED_BYTES - 1) < 0.05
+
+
+def test_lfm2_shapes_match_the_published_q5_k_m_file() -> None:
+    plan = plan_model(shape_spec("lfm2.5-8b-a1b"))
+    assert len(plan.tensors) == 256
+    counts = {dt: sum(t.dtype == dt for t in plan.tensors) for dt in ("f32", "q5_k", "q6_k")}
+    assert counts == {"f32": 123, "q5_k": 118, "q6_k": 15}
+    kv = {k.key: k.value for k in plan.kvs}
+    assert kv["lfm2moe.attention.head_count_kv"] == [8 if il in (2, 6, 10, 14, 18, 21) else 0 for il in range(24)]
+    gib = sum(t.nbytes for t in plan.tensors) / 2**30  # what llama.cpp reports as the file size
+    assert abs(gib / LFM25_PUBLISHED_GIB - 1) < 0.05
+    # LFM2-8B-A1B: the same layers with a 65536-token vocab (the tied Q6_K embedding is 62464 rows shorter)
+    lfm2 = plan_model(shape_spec("lfm2-8b-a1b"))
+    assert sum(t.nbytes for t in plan.tensors) - sum(t.nbytes for t in lfm2.tensors) == 62464 * 2048 // 256 * 210
+
+
+@pytest.mark.parametrize(("shape", "gb"), [("qwen3.6-35b-a3b", "22.73 GB"), ("lfm2.5-8b-a1b", "6.03 GB")])
+def test_dry_run_prints_the_shapes_size(tmp_path: Path, capsys: pytest.CaptureFixture, shape: str, gb: str) -> None:
+    out = tmp_path / "m.gguf"
+    assert bench_main(["make-model", str(out), "--shape", shape, "--dry-run"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.split()[1] == str(plan_model(shape_spec(shape)).total_bytes) and gb in printed.err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("dtype", "qt"), [("q5_k", QT.Q5_K), ("q6_k", QT.Q6_K)])
+def test_k_quant_blocks_dequantize_to_the_planned_spread(dtype: str, qt: QT) -> None:
+    t = P.TensorPlan("x", (512, 64), dtype, "blocks", 0.05)
+    raw = np.frombuffer(b"".join(tensor_chunks(t, 0)), dtype=np.uint8)
+    x = dequantize(raw.reshape(64, -1), qt)
+    assert np.all(np.isfinite(x)) and abs(float(x.mean())) < 0.05 * t.std
+    assert 0.9 * t.std < float(x.std()) < 1.1 * t.std
+
+
 # -- the gates, through llama.cpp and the engine (test_engine_gates.py's helpers) ------------------------------
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("archb")
-    return {a: make_model(d / f"{a}.gguf", shape_spec("tiny", arch=a, seed=30 + i))[0] for i, a in enumerate(ARCHS)}
+    out = {a: make_model(d / f"{a}.gguf", shape_spec("tiny", arch=a, seed=30 + i))[0] for i, a in enumerate(ARCHS)}
+    # the K-quant _M mix of the real shapes: Q5_K experts, Q6_K down projections in layers 2 and 5
+    mix = shape_spec("tiny", arch="lfm2moe", expert_type="q5_k", seed=40, arch_opts=(("more_bits_type", "q6_k"),))
+    out["lfm2moe-k5"] = make_model(d / "lfm2moe-k5.gguf", mix)[0]
+    return out
 
 
 # the cache off; evictions with O_DIRECT (the default) and 2 reader lanes; evictions with buffered reads
@@ -127,6 +201,14 @@ def test_streamed_matches_resident(models, resident, tmp_path, arch, flags):  # 
         assert r.summary["evictions"] > 0, "the cache was meant to evict"
     else:
         assert r.summary["hit_pct"] == -1 and r.summary["mib_read_per_token"] > 0
+
+
+@pytest.mark.engine
+def test_q5_k_experts_with_q6_k_down_projections_match_resident(models, resident, tmp_path):  # noqa: F811
+    lay = load_layout(models["lfm2moe-k5"])
+    assert {t.ggml_type for t in lay.by_layer[2]} == {13, 14} and {t.ggml_type for t in lay.by_layer[3]} == {13}
+    r = _stream(models, tmp_path, "lfm2moe-k5", "--cache-mb", "1", "--io-threads", "2")
+    assert r.summary["evictions"] > 0 and r.tokens == resident("lfm2moe-k5")
 
 
 @pytest.mark.engine
