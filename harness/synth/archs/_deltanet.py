@@ -16,6 +16,8 @@ from harness.synth.archs import opts as merge_opts
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
 
+TensorPlan = P.TensorPlan
+
 # the tiny model's: head dim 32 for the linear attention, 2 key heads, 4 value heads, a full-attention layer
 # every other layer (the real models: every 4th), one MTP block
 OPTS: dict[str, Any] = dict(
@@ -134,5 +136,3 @@ def kvs(spec: ModelSpec, base: list[KV], sections: bool) -> list[KV]:
         out.append(P.u32(f"{a}.nextn_predict_layers", o["n_nextn"]))
     return out
 
-
-TensorPlan = P.TensorPlan
