@@ -34,9 +34,9 @@ REGISTRY: dict[str, ArchRow] = {
         # archb: standard expert names; what differs (MTP blocks, leading/interleaved dense layers, shared
         # experts, exp_probs_b) is read from the file by gguf_layout, not from the row
         ArchRow("qwen35moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
-                note="Qwen3.5/3.6 MoE: gated delta net + attention; shared expert, MTP block (not run) resident"),
+                note="Qwen3.5/3.6 MoE: gated delta net + attention; shared expert resident; MTP block not loaded"),
         ArchRow("qwen3next", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
-                note="Qwen3-Next: gated delta net + attention; shared expert, MTP block (not run) resident"),
+                note="Qwen3-Next: gated delta net + attention; shared expert resident; MTP block not loaded"),
         ArchRow("lfm2moe", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
                 note="LFM2 MoE: short convolutions + attention; leading dense blocks, exp_probs_b resident"),
         ArchRow("minimax-m2", ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"),
