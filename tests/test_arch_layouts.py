@@ -21,7 +21,7 @@ from harness.engine.gguf_layout import load_layout
 from harness.engine.llama_archs import LLAMA_ARCHS
 from harness.errors import UserError
 from harness.synth import ModelSpec, make_model, plan_model
-from harness.synth.archs import LAYOUTS
+from harness.synth.archs.layouts import LAYOUTS
 from harness.synth.gguf_encode import KV, TensorInfo, encode_header
 from harness.synth.shapes import shape_spec
 from harness.synth.spec import MODULE_ARCHS as NAMES

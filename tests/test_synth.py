@@ -198,7 +198,7 @@ def test_chunks_are_bounded() -> None:
         (dict(n_expert_used=9), "--top-k"),
         (dict(n_vocab=100), "--vocab"),
         (dict(arch="mixtral"), "--arch"),
-        (dict(expert_type="q5_k"), "--expert-type"),
+        (dict(expert_type="q3_k"), "--expert-type"),  # q5_k and q6_k are written since the lfm2 shapes
         (dict(n_head=4, n_head_kv=3), "--heads-kv"),
         (dict(arch="qwen2moe", head_dim=32), "--head-dim"),
         (dict(n_split=1000), "--split"),

@@ -103,6 +103,14 @@ COVERED: tuple[Covered, ...] = (
                          "compressed attention; hyper-connections; up before gate", "tests/test_deepseek4.py"),
     Covered("bailingmoe3", "KDA linear attention + gated MLA; leading dense blocks; shared expert; exp_probs_b; "
                            "up before gate", "tests/test_bailingmoe3.py"),
+    Covered("qwen35moe", "gated delta net + full attention; shared expert; MTP block (nextn) not loaded",
+            "tests/test_archs_b.py"),
+    Covered("qwen3next", "gated delta net + full attention; shared expert; MTP block (nextn) not loaded",
+            "tests/test_archs_b.py"),
+    Covered("lfm2moe", "short convolutions + attention (per-layer head_count_kv); leading dense blocks; exp_probs_b; "
+                       "sigmoid gating", "tests/test_archs_b.py"),
+    Covered("minimax-m2", "sigmoid routing with exp_probs_b", "tests/test_archs_b.py"),
+    Covered("llama4", "MoE every n-th layer (interleaved dense FFNs); shared expert", "tests/test_archs_b.py"),
 )
 
 

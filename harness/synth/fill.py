@@ -78,6 +78,29 @@ def _q4k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarr
     return blocks
 
 
+# Q5_K: as Q4_K with 5-bit quants (q uniform on 0..31) and dmin = 15.5*d for a zero mean. Q6_K: int8 sub-block
+# scales sc, 6-bit quants q, value d*sc*(q - 32).
+_Q5K_DMIN_RATIO = 15.5
+_Q5K_RMS = float(np.sqrt((63 * 127 / 6) * (31 * 63 / 6) - (31.5 * 15.5) ** 2 + 15.5**2 * (64**2 - 1) / 12))
+_Q6K_RMS = float(np.sqrt(((256**2 - 1) / 12 + 0.25) * ((64**2 - 1) / 12 + 0.25)))
+
+
+def _q5k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
+    # block_q5_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 32 bytes of high bits, 128 of low nibbles
+    blocks = _random_bytes(rng, n_blocks * 176).reshape(n_blocks, 176)
+    d = rng.uniform(0.75, 1.25, n_blocks) * (std / _Q5K_RMS)
+    blocks[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
+    blocks[:, 2:4] = (d * _Q5K_DMIN_RATIO).astype("<f2").view(np.uint8).reshape(n_blocks, 2)
+    return blocks
+
+
+def _q6k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
+    # block_q6_K: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, then f16 d (last)
+    blocks = _random_bytes(rng, n_blocks * 210).reshape(n_blocks, 210)
+    blocks[:, 208:210] = _scales(rng, n_blocks, std / _Q6K_RMS)
+    return blocks
+
+
 def mxfp4_exponent(std: float) -> float:
     """The (fractional) E8M0 exponent whose blocks of uniform random codes have RMS `std`."""
     return 128.0 + float(np.log2(std / _MXFP4_RMS))
@@ -124,6 +147,9 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
         if t.init == "ones":
             yield np.ones((r1 - r0) * t.ne[0], dtype="<f4").tobytes()
             continue
+        if t.init == "const":
+            yield np.full((r1 - r0) * t.ne[0], t.std, dtype="<f4").tobytes()
+            continue
         rng = _rng(seed, t.name, ci)
         if t.init == "expert_ids":  # each row: ne[0] distinct expert ids in [0, std)
             ids = np.argsort(rng.random((r1 - r0, int(t.std))), axis=1)[:, : t.ne[0]]
@@ -142,6 +168,10 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
                 yield _mxfp4_blocks(rng, n_blocks, t.std).tobytes()
             elif t.dtype == "q5_0":
                 yield _q5_0_blocks(rng, n_blocks, t.std).tobytes()
+            elif t.dtype == "q5_k":
+                yield _q5k_blocks(rng, n_blocks, t.std).tobytes()
+            elif t.dtype == "q6_k":
+                yield _q6k_blocks(rng, n_blocks, t.std).tobytes()
             else:
                 raise ValueError(f"random blocks of {t.dtype}")
             continue

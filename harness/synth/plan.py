@@ -11,13 +11,14 @@ from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
-from harness.synth.archs import LAYOUTS
+from harness.synth.archs.layouts import LAYOUTS
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
-from harness.synth.spec import ModelSpec, validate
+from harness.synth.spec import ModelSpec, arch_module, validate
 from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
-FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38, "q5_0": 8, "iq2_s": 28}
+FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38, "q5_0": 8, "iq2_s": 28,
+                             "q5_k": 17, "q6_k": 18}
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,11 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
             KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
         ]
+    mod = arch_module(a)
     if a in LAYOUTS:
         pass  # its own keys are merged in at the end
+    elif mod is not None:
+        kvs = mod.kvs(spec, kvs)
     elif a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":

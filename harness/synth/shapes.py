@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from harness.errors import UserError
-from harness.synth.spec import ModelSpec
+from harness.synth import archs
+from harness.synth.spec import ModelSpec, arch_module
 
 # Qwen3-30B-A3B's real layer count, experts, top-k, widths and heads; a small byte-level vocab instead of
 # 151936 tokens; dense weights Q8_0 (the real Q4_K_M file keeps attention at 4-6 bits), experts Q4_K.
@@ -138,6 +139,10 @@ SHAPES: dict[str, dict[str, object]] = {
 }
 
 
+# the real shapes of archs laid out by their own modules (harness.synth.archs), e.g. qwen3.6-35b-a3b
+SHAPES.update({k: v for k, v in archs.shapes().items() if k not in SHAPES})
+
+
 def shape_spec(name: str, **overrides: object) -> ModelSpec:
     """The spec of shape `name` with the non-None overrides applied, over the arch's defaults."""
     if name not in SHAPES:
@@ -145,5 +150,7 @@ def shape_spec(name: str, **overrides: object) -> ModelSpec:
     given = {k: v for k, v in overrides.items() if v is not None}
     shape = SHAPES[name]
     arch = str(given.get("arch", shape.get("arch", ModelSpec.arch)))
-    fields = {**ARCH_DEFAULTS.get(arch, {}), **shape, **given}
+    mod = arch_module(arch)
+    arch_defaults = ARCH_DEFAULTS.get(arch, getattr(mod, "SPEC_DEFAULTS", {}) if mod is not None else {})
+    fields = {**arch_defaults, **shape, **given}
     return dataclasses.replace(ModelSpec(), **fields)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from harness.errors import UserError
 from harness.synth.tokenizer import TEMPLATES, specials_for
@@ -17,14 +18,15 @@ MODULE_ARCHS: tuple[str, ...] = ("granitemoe", "llama", "deepseek2", "glm4moe", 
                                  "bailingmoe2", "gemma4", "deepseek4", "bailingmoe3")
 ARCHS = ARCHS + MODULE_ARCHS
 MOE_ARCHS = MOE_ARCHS | frozenset(MODULE_ARCHS)
-EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4", "q5_0", "iq2_s")
-DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_k")
+EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4", "q5_0", "iq2_s", "q5_k", "q6_k")
+DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_k", "q5_k", "q6_k")
 # types a plan can be sized with (make-model --dry-run) but not written: no generator for their blocks, or (q4_k
 # dense) no gaussian quantiser
 SIZING_ONLY: frozenset[str] = frozenset({"iq2_s"})
 
 # the row length (ne[0]) of a tensor of this type must be a multiple of this
-BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32, "q5_0": 32, "iq2_s": 256}
+BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32, "q5_0": 32, "iq2_s": 256,
+                              "q5_k": 256, "q6_k": 256}
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,9 @@ class ModelSpec:
     # integer knobs of an arch that has its own module under harness/synth/archs/ (name, value), over that
     # module's PARAMS defaults, e.g. (("q_lora_rank", 1024),)
     arch_params: tuple[tuple[str, int], ...] = ()
+    # options of an arch laid out by its own module in harness.synth.archs (its OPTS names them), as pairs
+    arch_opts: tuple[tuple[str, Any], ...] = ()
     expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array (any MoE arch)
-
-
 
     def param(self, name: str, default: int) -> int:
         return dict(self.arch_params).get(name, default)
@@ -72,7 +74,21 @@ class ModelSpec:
 
     @property
     def is_moe(self) -> bool:
-        return self.arch in MOE_ARCHS
+        return self.arch in MOE_ARCHS or arch_module(self.arch) is not None
+
+
+def arch_module(arch: str):
+    """The arch's layout module in harness.synth.archs, or None (imported late: those modules import this one)."""
+    from harness.synth import archs
+
+    return archs.find(arch)
+
+
+def all_archs() -> tuple[str, ...]:
+    """The archs the writer lays out: those of tensors.py, then those with a module of their own."""
+    from harness.synth import archs
+
+    return ARCHS + tuple(a for a in archs.names() if a not in ARCHS)
 
 
 def min_vocab(arch: str, template: str = "") -> int:
@@ -87,7 +103,8 @@ def _need(cond: bool, msg: str) -> None:
 
 def validate(spec: ModelSpec) -> None:
     """Refuse a spec llama.cpp could not load, naming the flag to change."""
-    _need(spec.arch in ARCHS, f"--arch {spec.arch!r} is not one of {', '.join(ARCHS)}")
+    mod = arch_module(spec.arch)
+    _need(spec.arch in ARCHS or mod is not None, f"--arch {spec.arch!r} is not one of {', '.join(all_archs())}")
     _need(
         spec.expert_type in EXPERT_TYPES,
         f"--expert-type {spec.expert_type!r} is not one of {', '.join(EXPERT_TYPES)}",
@@ -181,3 +198,5 @@ def validate(spec: ModelSpec) -> None:
             spec.n_ff % dblk == 0,
             f"--dense-ff {spec.n_ff} is not a multiple of {dblk}, which --dense-type {spec.dense_type} needs",
         )
+    if mod is not None:
+        mod.validate(spec)

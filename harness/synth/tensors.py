@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass
 
 from harness.synth import tokenizer as tok
-from harness.synth.spec import ModelSpec
+from harness.synth.spec import ModelSpec, arch_module
 
 GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39, "i32": 26, "q5_0": 6,
-                                "iq2_s": 22}
+                                "iq2_s": 22, "q5_k": 13, "q6_k": 14}
 # dtype -> (elements per block, bytes per block)
 BLOCK: dict[str, tuple[int, int]] = {
     "f32": (1, 4),
@@ -22,6 +22,8 @@ BLOCK: dict[str, tuple[int, int]] = {
     "i32": (1, 4),  # index tables (deepseek4's token -> expert map)
     "q5_0": (32, 22),
     "iq2_s": (256, 82),  # sizing only (spec.SIZING_ONLY)
+    "q5_k": (256, 176),
+    "q6_k": (256, 210),
 }
 
 # Weight scales, chosen so that a random model gives varied greedy output that depends on every routed expert:
@@ -42,9 +44,10 @@ SINK_STD = 1.0
 class TensorPlan:
     name: str
     ne: tuple[int, ...]
-    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4 | i32
+    dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4 | i32 | q5_0 | q5_k | q6_k
     init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks) | "one_plus"
     # (f32 1 + std * gaussian: scales) | "expert_ids" (i32 rows of ne[0] distinct ids below `std`)
+    # | "const" (f32, all = std)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
     layer: int = -1
@@ -67,7 +70,7 @@ class TensorPlan:
 
 def _lin(name: str, n_in: int, n_out: int, dtype: str, layer: int, gain: float = 1.0) -> TensorPlan:
     # quantised dense weights are random blocks like the experts: quantising gaussians is ~20x slower
-    init = "blocks" if dtype in ("q8_0", "q4_k") else "normal"
+    init = "normal" if dtype in ("f32", "f16") else "blocks"
     return TensorPlan(name, (n_in, n_out), dtype, init, gain / math.sqrt(n_in), layer=layer)
 
 
@@ -185,6 +188,9 @@ def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
 
 
 def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
+    mod = arch_module(spec.arch)
+    if mod is not None:
+        return mod.tensors(spec)
     vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch, spec.chat_template)).control_ids)
     d, dt = spec.n_embd, spec.dense_type
     out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]

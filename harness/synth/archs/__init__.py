@@ -1,46 +1,62 @@
 """Synthetic layouts of the architectures that have a module of their own here: each module gives the arch's own
 metadata keys (`kvs`, appended to the common ones in plan.py) and its complete tensor list (`tensors`), exactly
-what llama.cpp's loader for that arch creates. One entry per arch below."""
+what llama.cpp's loader for that arch creates. The archs of `layouts.LAYOUTS` give only their keys and tensors
+there. Other archs (qwen35moe, qwen3next, lfm2moe, minimax-m2, llama4) lay out the whole file in a module found
+by name,
+`harness.synth.archs.<arch>` ('-' spelled '_'), which defines ARCH (the general.architecture value),
+SPEC_DEFAULTS (ModelSpec fields for the tiny model), OPTS (defaults of its ModelSpec.arch_opts), SHAPES (named
+real shapes for make-model --shape), validate(spec), tensors(spec) (every tensor, in file order) and
+kvs(spec, base) (the model keys; `base` holds the common ones): `find`, `names`, `shapes`, `opts` below."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from harness.synth.archs import (
-    bailingmoe2,
-    bailingmoe3,
-    deepseek2,
-    deepseek4,
-    dots1,
-    ernie4_5_moe,
-    gemma4,
-    glm4moe,
-    granitemoe,
-    hunyuan_moe,
-    llama,
-)
-from harness.synth.gguf_encode import KV
-from harness.synth.spec import ModelSpec
-from harness.synth.tensors import TensorPlan
+import importlib
+import importlib.util
+import pkgutil
+from types import ModuleType
+from typing import Any
 
 
-@dataclass(frozen=True)
-class ArchLayout:
-    kvs: Callable[[ModelSpec], list[KV]]
-    tensors: Callable[[ModelSpec], list[TensorPlan]]
+def _module_name(arch: str) -> str:
+    return f"{__name__}.{arch.replace('-', '_')}"
 
 
-LAYOUTS: dict[str, ArchLayout] = {
-    "granitemoe": ArchLayout(granitemoe.kvs, granitemoe.tensors),
-    "llama": ArchLayout(llama.kvs, llama.tensors),
-    "deepseek2": ArchLayout(deepseek2.kvs, deepseek2.tensors),
-    "glm4moe": ArchLayout(glm4moe.kvs, glm4moe.tensors),
-    "ernie4_5-moe": ArchLayout(ernie4_5_moe.kvs, ernie4_5_moe.tensors),
-    "hunyuan-moe": ArchLayout(hunyuan_moe.kvs, hunyuan_moe.tensors),
-    "dots1": ArchLayout(dots1.kvs, dots1.tensors),
-    "bailingmoe2": ArchLayout(bailingmoe2.kvs, bailingmoe2.tensors),
-    "gemma4": ArchLayout(gemma4.kvs, gemma4.tensors),
-    "deepseek4": ArchLayout(deepseek4.kvs, deepseek4.tensors),
-    "bailingmoe3": ArchLayout(bailingmoe3.kvs, bailingmoe3.tensors),
-}
+def find(arch: str) -> ModuleType | None:
+    """The layout module of `arch`, or None when the arch has none (then tensors.py lays it out)."""
+    if not arch or not arch.replace("-", "_").isidentifier():
+        return None
+    name = _module_name(arch)
+    if importlib.util.find_spec(name) is None:
+        return None
+    mod = importlib.import_module(name)
+    return mod if getattr(mod, "ARCH", None) == arch and hasattr(mod, "SPEC_DEFAULTS") else None
+
+
+def names() -> tuple[str, ...]:
+    """Every arch with a layout module here, sorted."""
+    out = []
+    for m in pkgutil.iter_modules(__path__):
+        if not m.name.startswith("_"):
+            arch = getattr(importlib.import_module(f"{__name__}.{m.name}"), "ARCH", None)
+            if arch and find(arch) is not None:
+                out.append(arch)
+    return tuple(sorted(out))
+
+
+def shapes() -> dict[str, dict[str, Any]]:
+    """Named real shapes (`make-model --shape`) the modules define in their SHAPES, each naming its arch."""
+    out: dict[str, dict[str, Any]] = {}
+    for arch in names():
+        mod = find(arch)
+        for name, fields in getattr(mod, "SHAPES", {}).items():
+            out[name] = {"arch": arch, **fields}
+    return out
+
+
+def opts(spec: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The module's OPTS with the spec's arch_opts over them; an unknown option is a programming error."""
+    given = dict(spec.arch_opts)
+    unknown = set(given) - set(defaults)
+    if unknown:
+        raise ValueError(f"{spec.arch}: unknown arch_opts {sorted(unknown)}; known: {sorted(defaults)}")
+    return {**defaults, **given}
