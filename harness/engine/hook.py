@@ -11,6 +11,12 @@ then passed again with `ask=False`. So:
   decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
   before they start) and the evicted slices are dropped off the compute thread. Non-last expert matmuls of a layer
   (gate, up) are isolated too, so the last one's reads (down) overlap their compute.
+- with `--drop-cold-experts` (a `drop.DropRule`), a `--drop-replay` (a `drop.DropReplay`) or a route trace,
+  the router's final weights node (`ffn_moe_weights`, `_softmax`, `_norm`, `_scaled`: the last one computed is
+  the one the expert outputs are multiplied by) is isolated too; at the layer's first expert-matmul ask the
+  weights are read (the trace's weight column) and, where drops apply, the layer batch's cache accounting
+  and reads wait until then: the dropped slots' weights are zeroed (the kept ones renormalised) and their
+  ids pointed at a kept expert, so nothing reads the dropped slices (harness.engine.drop).
 - with `--dense-weights anon` (a `dense.AnonDense`), every ask of the first graphs (prefill and the first
   decode; later decodes reuse that graph) is scanned: each source that is a dense weight is rebound to its
   anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
@@ -35,6 +41,7 @@ from harness.engine.ggml import (
     GGML_OP_MUL_MAT_ID,
     GGML_OP_TOP_K,
     GGML_OP_VIEW,
+    GGML_TYPE_F32,
     GGML_TYPE_I32,
     OFF_DATA,
     OFF_NAME,
@@ -50,6 +57,7 @@ from harness.engine.vm import Reservation
 
 if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
+    from harness.engine.drop import DropReplay, DropRule
     from harness.engine.route_replay import RouteReplay
 
 _c_int = ctypes.c_int
@@ -57,6 +65,11 @@ _c_vp = ctypes.c_void_p
 _c_size = ctypes.c_size_t
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
 FILTER_VERSION = 2  # cfilter.c's bmoe_filter_version(): 2 has forward_all
+FILTER_VERSION_WEIGHTS = 3  # 3 forwards the router-weights nodes (wprefix)
+WEIGHTS_PREFIX = b"ffn_moe_weights"
+# the nodes of the router-weights chain whose output can be the final weights (not _sum, not reshapes)
+WEIGHTS_FINAL = (b"ffn_moe_weights-", b"ffn_moe_weights_softmax-", b"ffn_moe_weights_norm-",
+                 b"ffn_moe_weights_scaled-")
 STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
 
@@ -77,6 +90,8 @@ class TokenCounters:
     read_bytes: int = 0
     lookups: int = 0
     hits: int = 0
+    slots: int = 0  # routed slots where a drop rule applied (--drop-cold-experts)
+    dropped: int = 0  # of those, the slots dropped
 
 
 @dataclass
@@ -85,10 +100,29 @@ class RouteEvent:
     layer: int
     ids: np.ndarray  # [n_tokens, k]
     residency: dict[int, int] = field(default_factory=dict)  # expert -> 0 miss / 1 hit
+    weights: np.ndarray | None = None  # [n_tokens, k] the router's weights, before any drop
+    dropped: np.ndarray | None = None  # [n_tokens, k] bool
 
+
+@dataclass
+class _Deferred:
+    """A layer batch whose router weights are awaited (read at the layer's first expert-matmul ask)."""
+
+    layer: int
+    ids_view: np.ndarray  # the top-k node's ids, writable, [n_tokens, k]
+    ids: np.ndarray  # their copy, as the router chose them
+    accounted: bool  # the cache lookups and reads were done at top-k time (no drop for this batch)
+    event: RouteEvent | None
 
 class HookError(RuntimeError):
     pass
+
+
+def _is_final_weights(raw: bytes) -> bool:
+    """A node of the router-weights chain that can be the final weights (`ffn_moe_weights_norm-3`, not
+    `ffn_moe_weights_sum-3` nor `ffn_moe_weights_norm-3 (reshaped)`)."""
+    name = raw.split(b"\0", 1)[0]
+    return name.startswith(WEIGHTS_FINAL) and name.rsplit(b"-", 1)[1].isdigit()
 
 
 def _drop_slices(e: int, bounds: tuple[Bound, ...]) -> None:
@@ -101,12 +135,14 @@ class _Filter(ctypes.Structure):
     _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
                 ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
                 ("prefix_len", ctypes.c_int32), ("prefix", ctypes.c_char * 32), ("asks", ctypes.c_int64),
-                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32)]
+                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32), ("wprefix_len", ctypes.c_int32),
+                ("wprefix", ctypes.c_char * 32)]
 
 
-def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
+def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False, weights: bool = False):
     """The compiled C front (cfilter.c), or None when it was not built (then Python answers every ask), or
-    when `forward_all` is needed and the built library predates it."""
+    STALE when `forward_all` or `weights` (forward the router-weights nodes) is needed and the built library
+    predates it."""
     import glob
     import os
 
@@ -117,7 +153,7 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
     lib = ctypes.CDLL(found[0])
     lib.bmoe_filter_cb.restype = ctypes.c_bool
     version = lib.bmoe_filter_version() if hasattr(lib, "bmoe_filter_version") else 1
-    if forward_all and version < FILTER_VERSION:
+    if (forward_all and version < FILTER_VERSION) or (weights and version < FILTER_VERSION_WEIGHTS):
         return STALE
     f = _Filter()
     f.py = ctypes.cast(py_cfunc, ctypes.c_void_p).value
@@ -126,6 +162,9 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False):
     f.prefix_len = len(prefix)
     f.prefix = prefix
     f.forward_all = int(forward_all)
+    if weights:
+        f.wprefix_len = len(WEIGHTS_PREFIX)
+        f.wprefix = WEIGHTS_PREFIX
     return lib, f
 
 
@@ -134,7 +173,8 @@ class StreamHook:
 
     def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
-                 replay: RouteReplay | None = None, dense: AnonDense | None = None):
+                 replay: RouteReplay | None = None, dense: AnonDense | None = None,
+                 drop: DropRule | None = None, drop_replay: DropReplay | None = None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -163,18 +203,25 @@ class StreamHook:
         self.dense = dense  # --dense-weights anon: rebind dense weights on first sight
         self._dense_scan = dense is not None
         self._dense_seen: set[int] = set()
+        self.drop = drop  # --drop-cold-experts: the rule
+        self.drop_replay = drop_replay  # --drop-replay: recorded decisions instead of the rule
+        self._want_weights = record_routes or drop is not None or drop_replay is not None
+        self._wnode: dict[int, int] = {}  # layer -> the last router-weights node computed (this pass)
+        self._deferred: _Deferred | None = None
+        self.drop_totals = [0, 0, 0, 0]  # decode slots, decode dropped, prefill slots, prefill dropped
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
         self.cfunc = self.py_cfunc
         self.user_data: int | None = None
         self.front = "python"
-        self._filter = load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan) if use_c_filter else None
+        self._filter = (load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan, self._want_weights)
+                        if use_c_filter else None)
         self.front_note = ""
         if self._filter == STALE:
             self._filter = None
-            self.front_note = ("bmoe: the compiled callback front (cfilter.c) predates --dense-weights anon; using the "
-                               "pure-Python front (slower): rebuild it with pip install -e .")
+            self.front_note = ("bmoe: the compiled callback front (cfilter.c) predates --dense-weights anon, route "
+                               "weights or drops; using the pure-Python front (slower): rebuild it (pip install -e .)")
         if self._filter is not None:
             lib, struct = self._filter
             self.cfunc = L.ggml_backend_sched_eval_callback(ctypes.cast(lib.bmoe_filter_cb, ctypes.c_void_p).value)
@@ -191,6 +238,8 @@ class StreamHook:
                     self._scan_dense(t)
                 op = _c_int.from_address(t + OFF_OP).value
                 if op == GGML_OP_MUL_MAT_ID:
+                    if self._deferred is not None:  # the layer's first expert matmul: its weights are computed
+                        self._finish_weights()
                     if self.cache is None:
                         return False  # replay-only run (mmap baseline): experts stay in the file mapping
                     src = _c_vp.from_address(t + OFF_SRC0).value
@@ -208,10 +257,16 @@ class StreamHook:
                     # reads overlap gate/up compute; with nothing in flight, no extra graph split
                     return b.isolate and bool(self.inflight.get(self.last_addr.get(b.et.layer, 0)))
                 if op == GGML_OP_VIEW or op == GGML_OP_TOP_K:
-                    return _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix)
+                    if _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix):
+                        return True
+                if self._want_weights:
+                    return _is_final_weights(_string_at(t + OFF_NAME, 40))
                 return False
             if _c_int.from_address(t + OFF_OP).value != GGML_OP_MUL_MAT_ID:
-                self._on_topk(t)
+                if self._want_weights and _string_at(t + OFF_NAME, 20).startswith(WEIGHTS_PREFIX):
+                    self._on_weights(t)
+                else:
+                    self._on_topk(t)
             return True
         except BaseException as e:  # noqa: BLE001 - must not escape into ctypes
             self.error = e
@@ -303,8 +358,8 @@ class StreamHook:
             if self._dense_scan and self.decode_index >= 1:
                 self._end_dense_scan()
         n_exp = self.layout.n_expert
-        ids = None
-        if n_tok == 1 and self.replay is None and not self.record_routes:
+        ids = view = None
+        if n_tok == 1 and self.replay is None and not self._want_weights:
             flat_ids = list((ctypes.c_int32 * k).from_address(tt.data))  # decode fast path: no numpy
             lo, hi = min(flat_ids), max(flat_ids)
         else:
@@ -321,9 +376,101 @@ class StreamHook:
             lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n_exp:
             raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
+        deferred = None
+        if self._want_weights:
+            assert ids is not None and view is not None
+            self._wnode.pop(il, None)
+            drops = self.drop_replay is not None or (self.drop is not None and self.drop.active(self.phase))
+            deferred = self._deferred = _Deferred(il, view, ids, accounted=not drops, event=None)
+            if drops:  # lookups and reads wait for the weights (_finish_weights): a dropped expert is not read
+                self.counters.mgmt_ns += time.perf_counter_ns() - t0
+                return
         if self.cache is None:
             self.counters.mgmt_ns += time.perf_counter_ns() - t0
             return
+        ev = self._account(il, flat_ids, ids)
+        if deferred is not None:
+            deferred.event = ev
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _on_weights(self, t: int) -> None:
+        """A router-weights node was computed: the layer's last one is the final weights."""
+        name = _string_at(t + OFF_NAME).decode()
+        self._wnode[int(name.rsplit("-", 1)[1])] = t
+
+    def _weights_array(self, node: int, n_tok: int, k: int) -> np.ndarray:
+        tt = tensor_at(node)
+        name = tt.name.decode()
+        ne = [int(x) for x in tt.ne]
+        want_nb, nb = 4, []
+        for n in ne:
+            nb.append(want_nb)
+            want_nb *= n
+        if tt.type != GGML_TYPE_F32 or ne[0] * ne[1] * ne[2] * ne[3] != n_tok * k or list(tt.nb) != nb:
+            raise HookError(f"{name}: expected contiguous F32 router weights of {n_tok} x {k}, got type {tt.type} "
+                            f"ne {ne} nb {list(tt.nb)}")
+        buf = (ctypes.c_float * (n_tok * k)).from_address(tt.data)
+        return np.frombuffer(buf, dtype=np.float32).reshape(n_tok, k)
+
+    def _finish_weights(self) -> None:
+        """At the layer's first expert-matmul ask: read the final router weights; apply the drops (zero the
+        dropped slots' weights, renormalise, point their ids at a kept expert); account the kept experts."""
+        from harness.engine import drop as dropping
+
+        t0 = time.perf_counter_ns()
+        d, self._deferred = self._deferred, None
+        assert d is not None
+        il = d.layer
+        node = self._wnode.get(il)
+        if node is None:
+            raise HookError(f"layer {il}: no router-weights node (ffn_moe_weights...) was computed before the expert "
+                            "matmuls; route weights and --drop-cold-experts are not available for this architecture")
+        n_tok, k = d.ids.shape
+        w = self._weights_array(node, n_tok, k)
+        orig = w.copy()
+        if d.accounted:
+            if d.event is not None:
+                d.event.weights = orig
+            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            return
+        assert self.drop is not None
+        if self.drop_replay is not None:
+            try:
+                mask = self.drop_replay.mask(self.phase, il, self.decode_index, d.ids)
+            except ValueError as e:
+                raise HookError(str(e)) from None
+        else:
+            assert self.cache is not None
+            if self._evict_due:  # the residency the lookup will see
+                self._evict_now()
+            res = self.cache.resident
+            resident = np.array([(il, e) in res for e in d.ids.reshape(-1).tolist()], dtype=bool).reshape(n_tok, k)
+            mask = dropping.choose(orig, d.ids, resident, self.drop.threshold)
+        n_drop = int(mask.sum())
+        if n_drop:
+            try:
+                dropping.apply(w, mask, self.drop.renorm)
+            except ValueError as e:
+                raise HookError(f"layer {il}: {e}") from None
+            if self.cache is not None:  # streamed: the dropped slots compute from a kept expert's bytes
+                dropping.substitute(d.ids_view, mask, orig)
+        c = self.counters
+        c.slots += n_tok * k
+        c.dropped += n_drop
+        at = 0 if self.phase == 1 else 2
+        self.drop_totals[at] += n_tok * k
+        self.drop_totals[at + 1] += n_drop
+        if self.cache is not None:
+            kept = d.ids.reshape(-1)[~mask.reshape(-1)].tolist()
+            ev = self._account(il, kept, d.ids)
+            if ev is not None:
+                ev.weights, ev.dropped = orig, mask
+        c.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _account(self, il: int, flat_ids: list[int], ids: np.ndarray | None) -> RouteEvent | None:
+        """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order)."""
+        assert self.cache is not None
+        n_exp = self.layout.n_expert
         order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
         preloaded: list[int] = []
         if self.preload and il not in self._preloaded:
@@ -355,8 +502,10 @@ class StreamHook:
             self.pending.pop(il, None)
         if self.record_routes and ids is not None:
             hits = set(res.hits)
-            self.routes.append(RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order}))
-        c.mgmt_ns += time.perf_counter_ns() - t0
+            ev = RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order})
+            self.routes.append(ev)
+            return ev
+        return None
 
     def _evict_now(self) -> None:
         t0 = time.perf_counter_ns()
