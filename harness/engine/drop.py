@@ -105,7 +105,8 @@ class DropReplay:
                 if e is None:
                     continue
                 if int(ids[j, slot]) != e:
-                    raise ValueError(f"drop replay {self.path}: phase {phase} step {step} layer {layer} slot {slot} "
-                                     f"routed expert {int(ids[j, slot])}, the recording dropped expert {e}")
+                    raise ValueError(f"drop replay {self.path}: diverged from the recording: phase {phase} step "
+                                     f"{step} layer {layer} slot {slot} routed expert {int(ids[j, slot])}, the "
+                                     f"recording dropped expert {e}")
                 drop[j, slot] = True
         return drop
