@@ -80,6 +80,17 @@ def test_substitute_points_a_dropped_slot_at_the_heaviest_kept_expert() -> None:
     assert ids.tolist() == [[3, 3, 9, 1]]
 
 
+def test_final_weights_candidates_by_name() -> None:
+    from harness.engine.drop_stage import is_final_weights
+
+    for name in (b"ffn_moe_weights-3", b"ffn_moe_weights_norm-12", b"ffn_moe_weights_softmax-0",
+                 b"ffn_moe_weights_scaled-7"):
+        assert is_final_weights(name + b"\0junk")
+    for name in (b"ffn_moe_weights_sum-3", b"ffn_moe_weights_sum_clamped-3", b"ffn_moe_weights_norm-3 (reshaped)",
+                 b"ffn_moe_weighted-3", b"ffn_moe_topk-3"):
+        assert not is_final_weights(name + b"\0")
+
+
 def test_route_trace_v2_writes_weights_and_dropped_and_reads_v1_too(tmp_path: Path) -> None:
     p = tmp_path / "d.route.csv"
     w = RouteTraceWriter(str(p), "m.gguf", "qwen3moe", 1, 8, 2, [100], {})

@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.engine.cache import ExpertCache
+from harness.engine.drop_stage import PREFIX as WEIGHTS_PREFIX
+from harness.engine.drop_stage import WeightsStage, is_final_weights
 from harness.engine.ggml import (
     GGML_MAX_SRC,
     GGML_OP_MUL_MAT_ID,
     GGML_OP_TOP_K,
     GGML_OP_VIEW,
-    GGML_TYPE_F32,
     GGML_TYPE_I32,
     OFF_DATA,
     OFF_NAME,
@@ -66,10 +67,6 @@ _c_size = ctypes.c_size_t
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
 FILTER_VERSION = 2  # cfilter.c's bmoe_filter_version(): 2 has forward_all
 FILTER_VERSION_WEIGHTS = 3  # 3 forwards the router-weights nodes (wprefix)
-WEIGHTS_PREFIX = b"ffn_moe_weights"
-# the nodes of the router-weights chain whose output can be the final weights (not _sum, not reshapes)
-WEIGHTS_FINAL = (b"ffn_moe_weights-", b"ffn_moe_weights_softmax-", b"ffn_moe_weights_norm-",
-                 b"ffn_moe_weights_scaled-")
 STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
 
@@ -90,8 +87,6 @@ class TokenCounters:
     read_bytes: int = 0
     lookups: int = 0
     hits: int = 0
-    slots: int = 0  # routed slots where a drop rule applied (--drop-cold-experts)
-    dropped: int = 0  # of those, the slots dropped
 
 
 @dataclass
@@ -104,25 +99,8 @@ class RouteEvent:
     dropped: np.ndarray | None = None  # [n_tokens, k] bool
 
 
-@dataclass
-class _Deferred:
-    """A layer batch whose router weights are awaited (read at the layer's first expert-matmul ask)."""
-
-    layer: int
-    ids_view: np.ndarray  # the top-k node's ids, writable, [n_tokens, k]
-    ids: np.ndarray  # their copy, as the router chose them
-    accounted: bool  # the cache lookups and reads were done at top-k time (no drop for this batch)
-    event: RouteEvent | None
-
 class HookError(RuntimeError):
     pass
-
-
-def _is_final_weights(raw: bytes) -> bool:
-    """A node of the router-weights chain that can be the final weights (`ffn_moe_weights_norm-3`, not
-    `ffn_moe_weights_sum-3` nor `ffn_moe_weights_norm-3 (reshaped)`)."""
-    name = raw.split(b"\0", 1)[0]
-    return name.startswith(WEIGHTS_FINAL) and name.rsplit(b"-", 1)[1].isdigit()
 
 
 def _drop_slices(e: int, bounds: tuple[Bound, ...]) -> None:
@@ -206,9 +184,7 @@ class StreamHook:
         self.drop = drop  # --drop-cold-experts: the rule
         self.drop_replay = drop_replay  # --drop-replay: recorded decisions instead of the rule
         self._want_weights = record_routes or drop is not None or drop_replay is not None
-        self._wnode: dict[int, int] = {}  # layer -> the last router-weights node computed (this pass)
-        self._deferred: _Deferred | None = None
-        self.drop_totals = [0, 0, 0, 0]  # decode slots, decode dropped, prefill slots, prefill dropped
+        self.stage = WeightsStage(drop, drop_replay) if self._want_weights else None
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -238,7 +214,8 @@ class StreamHook:
                     self._scan_dense(t)
                 op = _c_int.from_address(t + OFF_OP).value
                 if op == GGML_OP_MUL_MAT_ID:
-                    if self._deferred is not None:  # the layer's first expert matmul: its weights are computed
+                    st = self.stage
+                    if st is not None and st.pending is not None:  # the layer's first expert matmul
                         self._finish_weights()
                     if self.cache is None:
                         return False  # replay-only run (mmap baseline): experts stay in the file mapping
@@ -260,11 +237,11 @@ class StreamHook:
                     if _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix):
                         return True
                 if self._want_weights:
-                    return _is_final_weights(_string_at(t + OFF_NAME, 40))
+                    return is_final_weights(_string_at(t + OFF_NAME, 40))
                 return False
             if _c_int.from_address(t + OFF_OP).value != GGML_OP_MUL_MAT_ID:
-                if self._want_weights and _string_at(t + OFF_NAME, 20).startswith(WEIGHTS_PREFIX):
-                    self._on_weights(t)
+                if self.stage is not None and _string_at(t + OFF_NAME, 20).startswith(WEIGHTS_PREFIX):
+                    self.stage.on_weights(t)
                 else:
                     self._on_topk(t)
             return True
@@ -376,96 +353,45 @@ class StreamHook:
             lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n_exp:
             raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
-        deferred = None
-        if self._want_weights:
+        st = self.stage
+        if st is not None:
             assert ids is not None and view is not None
-            self._wnode.pop(il, None)
-            drops = self.drop_replay is not None or (self.drop is not None and self.drop.active(self.phase))
-            deferred = self._deferred = _Deferred(il, view, ids, accounted=not drops, event=None)
-            if drops:  # lookups and reads wait for the weights (_finish_weights): a dropped expert is not read
+            if st.on_topk(il, self.phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
                 self.counters.mgmt_ns += time.perf_counter_ns() - t0
                 return
         if self.cache is None:
             self.counters.mgmt_ns += time.perf_counter_ns() - t0
             return
         ev = self._account(il, flat_ids, ids)
-        if deferred is not None:
-            deferred.event = ev
+        if st is not None and st.pending is not None:
+            st.pending.event = ev
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
-    def _on_weights(self, t: int) -> None:
-        """A router-weights node was computed: the layer's last one is the final weights."""
-        name = _string_at(t + OFF_NAME).decode()
-        self._wnode[int(name.rsplit("-", 1)[1])] = t
-
-    def _weights_array(self, node: int, n_tok: int, k: int) -> np.ndarray:
-        tt = tensor_at(node)
-        name = tt.name.decode()
-        ne = [int(x) for x in tt.ne]
-        want_nb, nb = 4, []
-        for n in ne:
-            nb.append(want_nb)
-            want_nb *= n
-        if tt.type != GGML_TYPE_F32 or ne[0] * ne[1] * ne[2] * ne[3] != n_tok * k or list(tt.nb) != nb:
-            raise HookError(f"{name}: expected contiguous F32 router weights of {n_tok} x {k}, got type {tt.type} "
-                            f"ne {ne} nb {list(tt.nb)}")
-        buf = (ctypes.c_float * (n_tok * k)).from_address(tt.data)
-        return np.frombuffer(buf, dtype=np.float32).reshape(n_tok, k)
+    @property
+    def drop_totals(self) -> list[int]:
+        """Decode slots, decode slots dropped, prefill slots, prefill slots dropped (where drops applied)."""
+        return self.stage.totals if self.stage is not None else [0, 0, 0, 0]
 
     def _finish_weights(self) -> None:
-        """At the layer's first expert-matmul ask: read the final router weights; apply the drops (zero the
-        dropped slots' weights, renormalise, point their ids at a kept expert); account the kept experts."""
-        from harness.engine import drop as dropping
-
+        """At the layer's first expert-matmul ask: the router weights are computed. Read them (route traces),
+        apply the drops (harness.engine.drop_stage), then account the kept experts."""
         t0 = time.perf_counter_ns()
-        d, self._deferred = self._deferred, None
-        assert d is not None
-        il = d.layer
-        node = self._wnode.get(il)
-        if node is None:
-            raise HookError(f"layer {il}: no router-weights node (ffn_moe_weights...) was computed before the expert "
-                            "matmuls; route weights and --drop-cold-experts are not available for this architecture")
-        n_tok, k = d.ids.shape
-        w = self._weights_array(node, n_tok, k)
-        orig = w.copy()
-        if d.accounted:
-            if d.event is not None:
-                d.event.weights = orig
-            self.counters.mgmt_ns += time.perf_counter_ns() - t0
-            return
-        assert self.drop is not None
-        if self.drop_replay is not None:
-            try:
-                mask = self.drop_replay.mask(self.phase, il, self.decode_index, d.ids)
-            except ValueError as e:
-                raise HookError(str(e)) from None
-        else:
-            assert self.cache is not None
-            if self._evict_due:  # the residency the lookup will see
-                self._evict_now()
-            res = self.cache.resident
-            resident = np.array([(il, e) in res for e in d.ids.reshape(-1).tolist()], dtype=bool).reshape(n_tok, k)
-            mask = dropping.choose(orig, d.ids, resident, self.drop.threshold)
-        n_drop = int(mask.sum())
-        if n_drop:
-            try:
-                dropping.apply(w, mask, self.drop.renorm)
-            except ValueError as e:
-                raise HookError(f"layer {il}: {e}") from None
-            if self.cache is not None:  # streamed: the dropped slots compute from a kept expert's bytes
-                dropping.substitute(d.ids_view, mask, orig)
-        c = self.counters
-        c.slots += n_tok * k
-        c.dropped += n_drop
-        at = 0 if self.phase == 1 else 2
-        self.drop_totals[at] += n_tok * k
-        self.drop_totals[at + 1] += n_drop
-        if self.cache is not None:
-            kept = d.ids.reshape(-1)[~mask.reshape(-1)].tolist()
-            ev = self._account(il, kept, d.ids)
+        st = self.stage
+        assert st is not None and st.pending is not None
+        if st.pending.drops and self.drop_replay is None and self._evict_due:
+            self._evict_now()  # the residency the lookups will see
+        try:
+            f = st.finish(self.phase, self.decode_index, self.cache.resident if self.cache is not None else None)
+        except ValueError as e:
+            raise HookError(str(e)) from None
+        if f.drop is None:
+            if f.event is not None:
+                f.event.weights = f.weights
+        elif self.cache is not None:
+            ev = self._account(f.layer, f.ids.reshape(-1)[~f.drop.reshape(-1)].tolist(), f.ids)
             if ev is not None:
-                ev.weights, ev.dropped = orig, mask
-        c.mgmt_ns += time.perf_counter_ns() - t0
+                ev.weights, ev.dropped = f.weights, f.drop
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
     def _account(self, il: int, flat_ids: list[int], ids: np.ndarray | None) -> RouteEvent | None:
         """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order)."""
