@@ -129,7 +129,7 @@ def test_drop_replay_maps_steps_and_refuses_a_diverged_run(tmp_path: Path) -> No
     (["--drop-cold-experts", "0.5"], "only applies with --moe-stream"),
     (["--moe-stream", "--cache-mb", "0", "--drop-cold-experts", "0.5"], "needs a cache"),
     (["--moe-stream", "--drop-cold-experts", "1.5"], "0..1"),
-    (["--moe-stream", "--drop-in-prefill"], "needs --drop-cold-experts"),
+    (["--drop-in-prefill"], "needs --drop-cold-experts"),
     (["--drop-no-renorm"], "needs --drop-cold-experts F or --drop-replay"),
     (["--moe-stream", "--drop-cold-experts", "1", "--drop-replay", "x.csv"], "give one of them"),
 ])

@@ -137,7 +137,7 @@ class EngineConfig:
                                           "becomes 0 and the kept ones are renormalised; decode only; needs a cache")
     drop_no_renorm: bool = opt(False, "--drop-no-renorm",
                                help="with a drop: leave the kept experts' weights as they are")
-    drop_in_prefill: bool = opt(False, "--drop-in-prefill", stream_only=True,
+    drop_in_prefill: bool = opt(False, "--drop-in-prefill",
                                 help="with --drop-cold-experts: drop in the prompt's batch too")
     drop_replay: str | None = opt(None, "--drop-replay", metavar="TRACE", lossy="skips the experts the trace dropped",
                                   help="skip the experts a route_trace v2 recorded as dropped instead of deciding "
