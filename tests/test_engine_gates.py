@@ -125,7 +125,7 @@ def test_qwen2moe_shared_experts_resident(models, resident, tmp_path):
 def test_route_trace_written(models, tmp_path):
     trace = tmp_path / "t.route.csv"
     _stream(models, tmp_path, "q4_k", "--cache-mb", "1", "--route-trace", str(trace))
-    assert trace.read_text().startswith("# route_trace v1\n")
+    assert trace.read_text().startswith("# route_trace v2\n")
     tr = read_route_trace(trace)
     assert (tr.header.n_layer, tr.header.k) == (4, 2)
     decode = [r for r in tr.rows if r.phase == DECODE]

@@ -73,12 +73,12 @@ def test_writer_output_is_the_format_and_reads_back(tmp_path: Path) -> None:
     w.events(0, 2, [SimpleNamespace(layer=1, phase=DECODE, ids=np.array([[6, 2]]), residency={6: 2, 2: 1})])
     w.close()
     assert p.read_text() == (
-        "# route_trace v1\n# model=m.gguf arch=qwen3moe n_layer=2 n_expert=8 n_expert_used=2\n"
+        "# route_trace v2\n# model=m.gguf arch=qwen3moe n_layer=2 n_expert=8 n_expert_used=2\n"
         "# layer=0 expert_bytes=100 dense_bytes=5\n# layer=1 expert_bytes=200 dense_bytes=0\n"
-        "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"
-        "0,0,0,0,0,3,-1,0,100\n0,0,0,0,1,1,-1,1,100\n0,0,1,0,0,1,-1,1,100\n0,0,1,0,1,5,-1,0,100\n"
-        "0,0,0,1,0,2,-1,0,200\n0,0,0,1,1,7,-1,0,200\n0,0,1,1,0,7,-1,0,200\n0,0,1,1,1,6,-1,0,200\n"
-        "0,1,2,1,0,6,-1,2,200\n0,1,2,1,1,2,-1,1,200\n")
+        "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped\n"
+        "0,0,0,0,0,3,-1,0,100,0\n0,0,0,0,1,1,-1,1,100,0\n0,0,1,0,0,1,-1,1,100,0\n0,0,1,0,1,5,-1,0,100,0\n"
+        "0,0,0,1,0,2,-1,0,200,0\n0,0,0,1,1,7,-1,0,200,0\n0,0,1,1,0,7,-1,0,200,0\n0,0,1,1,1,6,-1,0,200,0\n"
+        "0,1,2,1,0,6,-1,2,200,0\n0,1,2,1,1,2,-1,1,200,0\n")
     f = read_route_trace(p)
     assert f.name == "w" and f.header.dense_bytes == [5, 0]
     assert [(r.phase, r.step, r.layer, r.expert, r.residency) for r in f.rows][-2:] == [(1, 2, 1, 6, 2),
@@ -108,7 +108,7 @@ def test_parse_groups_prefill_by_layer_and_decode_by_token() -> None:
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda s: s.replace("route_trace v1", "route_trace v2"), "not supported"),
+        (lambda s: s.replace("route_trace v1", "route_trace v9"), "not supported"),
         (lambda s: s.replace("# layer=1 expert_bytes=200 dense_bytes=5\n", ""), "for each of 2 layers"),
         (lambda s: s.replace("0,1,3,1,1,2,0.5,1,0", "0,1,3,1,1,9,0.5,1,0"), "outside the header"),
         (lambda s: s.replace("0,1,3,1,1,2,0.5,1,0", "0,1,3,x"), "numeric fields"),

@@ -22,9 +22,12 @@ struct bmoe_filter {
     int64_t forwarded;     /* calls passed to Python */
     int32_t forward_all;   /* pass every ask to Python (while the dense weights are being rebound) */
     int32_t op_get_rows;   /* a top-k node may also be a GET_ROWS (selection by token id: deepseek4) */
+    int32_t wprefix_len;   /* v4: also pass asks of nodes named wprefix... to Python (0 = none) */
+    char wprefix[32];      /* e.g. "ffn_moe_weights" (router weights: --drop-cold-experts, route traces) */
 };
 
-int bmoe_filter_version(void) { return 3; }
+/* 2: forward_all; 3 (never on main): GET_ROWS top-k or weights nodes, each alone; 4: both fields */
+int bmoe_filter_version(void) { return 4; }
 
 bool bmoe_filter_cb(void *t, bool ask, void *ud) {
     struct bmoe_filter *f = (struct bmoe_filter *)ud;
@@ -39,6 +42,13 @@ bool bmoe_filter_cb(void *t, bool ask, void *ud) {
             if (strncmp(name, f->prefix, (size_t)f->prefix_len) == 0) {
                 f->asks++;
                 return true; /* isolate the router's top-k: Python reads it in the non-ask call */
+            }
+        }
+        if (f->wprefix_len > 0) {
+            const char *name = (const char *)t + f->off_name;
+            if (strncmp(name, f->wprefix, (size_t)f->wprefix_len) == 0) {
+                f->forwarded++;
+                return f->py(t, ask, 0);
             }
         }
         f->asks++;

@@ -19,7 +19,7 @@ from harness import __version__
 from harness.engine import sysstats
 from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
-from harness.engine.config import EngineConfig, validate_for_model
+from harness.engine.config import EngineConfig, lossy_settings, validate_for_model
 from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
@@ -183,6 +183,11 @@ class Engine:
             s.extra["odirect"] = int(p.reader.odirect) if p.reader else 0
         if p.dense:
             s.extra.update(p.dense.summary())
+        if p.hook and p.hook.drop:
+            ds, dd, ps, pd = p.hook.drop_totals
+            s.extra.update({"drop_decode_slots": ds, "drop_decode_dropped": dd,
+                            "drop_decode_frac": round(dd / ds, 6) if ds else -1, "drop_prefill_slots": ps,
+                            "drop_prefill_dropped": pd})
         s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
 
     def preamble(self) -> dict[str, object]:
@@ -207,6 +212,11 @@ class Engine:
             d["odirect_effective"] = int(p.reader.odirect)
         if p.hook:
             d["hook_front"] = p.hook.front
+        lossy = lossy_settings(cfg)
+        if lossy:
+            d["lossy"] = "; ".join(lossy)
+        if cfg.drop_cold_experts is not None:
+            d["reproducible"] = "no: which experts --drop-cold-experts skips depends on the cache state"
         if cfg.route_replay:
             d["route_replay"] = os.path.abspath(cfg.route_replay)
             d["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
@@ -249,10 +259,18 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
                                   n_expert=layout.n_expert)
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
-    if not cfg.moe_stream and replay is None and anon is None:
+    drop = drop_replay = None
+    if cfg.drop_cold_experts is not None or cfg.drop_replay:
+        from harness.engine.drop import DropReplay, DropRule
+
+        drop = DropRule(cfg.drop_cold_experts or 0.0, renorm=not cfg.drop_no_renorm, in_prefill=cfg.drop_in_prefill)
+        if cfg.drop_replay:
+            drop_replay = DropReplay(cfg.drop_replay, layout.n_layer, layout.n_expert, k)
+    if not cfg.moe_stream and replay is None and anon is None and drop_replay is None:
         return None
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
-                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon)
+                            preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
+                            drop=drop, drop_replay=drop_replay)
     return parts.hook
 
 
@@ -272,6 +290,9 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     if cfg.moe_stream:
         mem = sysstats.memory_reading() if cfg.cache_mb is None else None
         parts.plan = plan_cache(cfg, ExpertSizes.of(layout), k, mem)
+        if cfg.drop_cold_experts is not None and not parts.plan.budget_bytes:
+            raise UserError(f"--drop-cold-experts skips cache misses only, and the cache plan is none "
+                            f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
     try:
         session = Session(cfg, layout, lambda: _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter,
                                                              wrap_reader=wrap_reader), dense=parts.dense)

@@ -144,6 +144,18 @@ class EngineConfig:
                                    help="drive routing with a recorded route_trace v1 (benchmarks: a real access "
                                    "pattern on a synthetic model of the same shape; the output text is then "
                                    "meaningless)")
+    drop_cold_experts: float | None = opt(None, "--drop-cold-experts", metavar="F", lo=0, hi=1, stream_only=True,
+                                          lossy="skips experts; not reproducible: the cache state decides which",
+                                          help="skip a routed expert when it is a cache miss and its share of the "
+                                          "token's router weight is below F x 1/k (0..1; 0 skips none): its weight "
+                                          "becomes 0 and the kept ones are renormalised; decode only; needs a cache")
+    drop_no_renorm: bool = opt(False, "--drop-no-renorm",
+                               help="with a drop: leave the kept experts' weights as they are")
+    drop_in_prefill: bool = opt(False, "--drop-in-prefill",
+                                help="with --drop-cold-experts: drop in the prompt's batch too")
+    drop_replay: str | None = opt(None, "--drop-replay", metavar="TRACE", lossy="skips the experts the trace dropped",
+                                  help="skip the experts a route_trace v2 recorded as dropped instead of deciding "
+                                  "(the gate: a streamed run with drops equals the resident run under its drops)")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
 
@@ -291,8 +303,29 @@ def _prompts_file_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _drop_rules(cfg: EngineConfig) -> str | None:
+    on = cfg.drop_cold_experts is not None
+    if on and cfg.drop_replay:
+        return "bmoe: --drop-cold-experts decides drops, --drop-replay replays recorded ones: give one of them"
+    if on and cfg.cache_mb == 0:
+        return "bmoe: --drop-cold-experts skips cache misses only, so it needs a cache: give --cache-mb N or auto"
+    if on and cfg.cache_preload:
+        return "bmoe: --drop-cold-experts with --cache-preload: every expert is resident, nothing would drop"
+    if cfg.drop_in_prefill and not on:
+        return "bmoe: --drop-in-prefill needs --drop-cold-experts F"
+    if cfg.drop_no_renorm and not on and not cfg.drop_replay:
+        return "bmoe: --drop-no-renorm needs --drop-cold-experts F or --drop-replay TRACE"
+    return None
+
+
+def lossy_settings(cfg: EngineConfig) -> list[str]:
+    """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
+    return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
+
+
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
-                                                             _no_think_needs_chatml, _prompts_file_rules)
+                                                             _no_think_needs_chatml, _prompts_file_rules,
+                                                             _drop_rules)
 
 
 def validate(cfg: EngineConfig) -> None:

@@ -1,5 +1,6 @@
 """Fault injection for the correctness gates: a reader wrapper, installed by the CLI only when a test asks
-(`BMOE_TEST_WRONG_EXPERT=layer,expert,wrong`, `BMOE_TEST_FAIL_AT_LAYER=N`, `BMOE_TEST_ZERO_DENSE=name`).
+(`BMOE_TEST_WRONG_EXPERT=layer,expert,wrong`, `BMOE_TEST_FAIL_AT_LAYER=N`, `BMOE_TEST_ZERO_DENSE=name`,
+`BMOE_TEST_POISON_UNREAD=1`).
 Production parts know nothing of it.
 
 - wrong expert: every slice read of `expert` in `layer` gets `wrong`'s bytes instead (the negative control:
@@ -7,7 +8,10 @@ Production parts know nothing of it.
 - fail at layer: the first read of any expert of that layer raises inside the eval callback (the gate that
   an exception there becomes an error, never garbage output);
 - zero dense: the anonymous copy of that dense tensor (`--dense-weights anon`) is zeros instead of its bytes
-  (the control that the graph really reads the copies, not llama.cpp's file mapping).
+  (the control that the graph really reads the copies, not llama.cpp's file mapping);
+- poison unread: before the first read into an expert tensor's reservation, all of it is filled with 0xFF
+  bytes (NaN scales), so a matmul that computes from a slice never read gives NaN (the gate that a dropped
+  expert, `--drop-cold-experts`, is never computed from its unread bytes).
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ class Faults:
     wrong_expert: tuple[int, int, int] | None = None  # (layer, expert, wrong expert)
     fail_at_layer: int | None = None
     zero_dense: str | None = None  # a dense tensor's name
+    poison_unread: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | os._Environ) -> Faults | None:
         """The faults a test asked for through the environment; None when there are none."""
         wrong, fail = env.get("BMOE_TEST_WRONG_EXPERT"), env.get("BMOE_TEST_FAIL_AT_LAYER")
         zero = env.get("BMOE_TEST_ZERO_DENSE") or None
-        if not wrong and not fail and not zero:
+        poison = env.get("BMOE_TEST_POISON_UNREAD") == "1"
+        if not wrong and not fail and not zero and not poison:
             return None
         try:
             we = tuple(int(x) for x in wrong.split(",")) if wrong else None
@@ -48,7 +54,7 @@ class Faults:
                             "number") from None
         if we is not None and len(we) != 3:
             raise UserError(f"BMOE_TEST_WRONG_EXPERT takes layer,expert,wrong, got {wrong!r}")
-        return cls(we, fl, zero)  # type: ignore[arg-type]
+        return cls(we, fl, zero, poison)  # type: ignore[arg-type]
 
     def wrap(self, reader: SliceReader, layout: ModelLayout) -> FaultyReader:
         return FaultyReader(reader, layout, self)
@@ -65,6 +71,7 @@ class FaultyReader:
             (et.path, et.abs_offset + e * et.nb2): (et, e) for et in layout.experts.values() for e in range(et.n_expert)
         }
         self._dense = {(t.path, t.abs_offset): name for name, t in layout.dense.items()}
+        self._poisoned: set[str] = set()
 
     @property
     def odirect(self) -> bool:
@@ -83,6 +90,9 @@ class FaultyReader:
             zeroed.set_result((length, 0))
             return zeroed
         et, e = self._slices[(path, file_pos)]
+        if self.faults.poison_unread and et.name not in self._poisoned:
+            self._poisoned.add(et.name)
+            ctypes.memset(addr - (file_pos - et.abs_offset), 0xFF, et.nbytes)
         if et.layer == self.faults.fail_at_layer:
             raise InjectedFault(f"test fault injected at layer {et.layer} (BMOE_TEST_FAIL_AT_LAYER)")
         we = self.faults.wrong_expert

@@ -15,6 +15,12 @@ then passed again with `ask=False`. So:
   layer's tensor of one kind is placed in one shared buffer (`vm.SharedSlot`): the topk node of layer L+1 is
   computed only after layer L's matmuls, so its reads can never overwrite slices still in use, and the buffer's
   pages are reused every token instead of being faulted (zeroed, charged) and released again.
+- with `--drop-cold-experts` (a `drop.DropRule`), a `--drop-replay` (a `drop.DropReplay`) or a route trace,
+  the router's final weights node (`ffn_moe_weights`, `_softmax`, `_norm`, `_scaled`: the last one computed is
+  the one the expert outputs are multiplied by) is isolated too; at the layer's first expert-matmul ask the
+  weights are read (the trace's weight column) and, where drops apply, the layer batch's cache accounting
+  and reads wait until then: the dropped slots' weights are zeroed (the kept ones renormalised) and their
+  ids pointed at a kept expert, so nothing reads the dropped slices (harness.engine.drop).
 - with `--dense-weights anon` (a `dense.AnonDense`), every ask of the first graphs (prefill and the first
   decode; later decodes reuse that graph) is scanned: each source that is a dense weight is rebound to its
   anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
@@ -34,6 +40,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.engine.cache import ExpertCache
+from harness.engine.drop_stage import PREFIX as WEIGHTS_PREFIX
+from harness.engine.drop_stage import WeightsStage, is_final_weights
 from harness.engine.ggml import (
     GGML_MAX_SRC,
     GGML_OP_GET_ROWS,
@@ -55,6 +63,7 @@ from harness.engine.vm import Reservation, SharedSlot
 
 if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
+    from harness.engine.drop import DropReplay, DropRule
     from harness.engine.route_replay import RouteReplay
 
 _c_int = ctypes.c_int
@@ -62,7 +71,8 @@ _c_vp = ctypes.c_void_p
 _c_size = ctypes.c_size_t
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
 FILTER_VERSION = 2  # cfilter.c's bmoe_filter_version(): 2 has forward_all
-GET_ROWS_VERSION = 3  # 3 also isolates a GET_ROWS top-k node (selection by token id)
+GET_ROWS_VERSION = 4  # 4 also isolates a GET_ROWS top-k node (selection by token id)
+FILTER_VERSION_WEIGHTS = 4  # 4 also forwards the router-weights nodes (wprefix)
 STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
 
@@ -91,6 +101,8 @@ class RouteEvent:
     layer: int
     ids: np.ndarray  # [n_tokens, k]
     residency: dict[int, int] = field(default_factory=dict)  # expert -> 0 miss / 1 hit
+    weights: np.ndarray | None = None  # [n_tokens, k] the router's weights, before any drop
+    dropped: np.ndarray | None = None  # [n_tokens, k] bool
 
 
 class HookError(RuntimeError):
@@ -107,12 +119,15 @@ class _Filter(ctypes.Structure):
     _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
                 ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
                 ("prefix_len", ctypes.c_int32), ("prefix", ctypes.c_char * 32), ("asks", ctypes.c_int64),
-                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32), ("op_get_rows", ctypes.c_int32)]
+                ("forwarded", ctypes.c_int64), ("forward_all", ctypes.c_int32), ("op_get_rows", ctypes.c_int32),
+                ("wprefix_len", ctypes.c_int32), ("wprefix", ctypes.c_char * 32)]
 
 
-def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False, get_rows_topk: bool = False):
+def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False, get_rows_topk: bool = False,
+                weights: bool = False):
     """The compiled C front (cfilter.c), or None when it was not built (then Python answers every ask), or
-    STALE when `forward_all` or a GET_ROWS top-k node is needed and the built library predates it."""
+    STALE when `forward_all`, a GET_ROWS top-k node or `weights` (forward the router-weights nodes) is needed
+    and the built library predates it."""
     import glob
     import os
 
@@ -123,7 +138,8 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False, get_rows_top
     lib = ctypes.CDLL(found[0])
     lib.bmoe_filter_cb.restype = ctypes.c_bool
     version = lib.bmoe_filter_version() if hasattr(lib, "bmoe_filter_version") else 1
-    if (forward_all and version < FILTER_VERSION) or (get_rows_topk and version < GET_ROWS_VERSION):
+    if ((forward_all and version < FILTER_VERSION) or (get_rows_topk and version < GET_ROWS_VERSION)
+            or (weights and version < FILTER_VERSION_WEIGHTS)):
         return STALE
     f = _Filter()
     f.py = ctypes.cast(py_cfunc, ctypes.c_void_p).value
@@ -133,6 +149,9 @@ def load_filter(py_cfunc, prefix: bytes, forward_all: bool = False, get_rows_top
     f.prefix = prefix
     f.forward_all = int(forward_all)
     f.op_get_rows = GGML_OP_GET_ROWS if version >= GET_ROWS_VERSION else -1
+    if weights:
+        f.wprefix_len = len(WEIGHTS_PREFIX)
+        f.wprefix = WEIGHTS_PREFIX
     return lib, f
 
 
@@ -141,7 +160,8 @@ class StreamHook:
 
     def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
-                 replay: RouteReplay | None = None, dense: AnonDense | None = None):
+                 replay: RouteReplay | None = None, dense: AnonDense | None = None,
+                 drop: DropRule | None = None, drop_replay: DropReplay | None = None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -174,6 +194,10 @@ class StreamHook:
         # no cache: every layer's tensors of a kind share one buffer whose pages are reused every token
         self.shared = cache is not None and not cache.enabled and reader is not None and not preload
         self._slots: dict[str, SharedSlot] = {}
+        self.drop = drop  # --drop-cold-experts: the rule
+        self.drop_replay = drop_replay  # --drop-replay: recorded decisions instead of the rule
+        self._want_weights = record_routes or drop is not None or drop_replay is not None
+        self.stage = WeightsStage(drop, drop_replay) if self._want_weights else None
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -181,12 +205,13 @@ class StreamHook:
         self.user_data: int | None = None
         self.front = "python"
         get_rows = bool(layout.token_routed_layers)
-        self._filter = (load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan, get_rows)
+        self._filter = (load_filter(self.py_cfunc, self.topk_prefix, self._dense_scan, get_rows, self._want_weights)
                         if use_c_filter else None)
         self.front_note = ""
         if self._filter == STALE:
             self._filter = None
-            needs = "token-id routed layers" if get_rows else "--dense-weights anon"
+            needs = ("token-id routed layers" if get_rows else
+                     "route weights or drops" if self._want_weights else "--dense-weights anon")
             self.front_note = (f"bmoe: the compiled callback front (cfilter.c) predates {needs}; using the "
                                "pure-Python front (slower): rebuild it with pip install -e .")
         if self._filter is not None:
@@ -205,6 +230,9 @@ class StreamHook:
                     self._scan_dense(t)
                 op = _c_int.from_address(t + OFF_OP).value
                 if op == GGML_OP_MUL_MAT_ID:
+                    st = self.stage
+                    if st is not None and st.pending is not None:  # the layer's first expert matmul
+                        self._finish_weights()
                     if self.cache is None:
                         return False  # replay-only run (mmap baseline): experts stay in the file mapping
                     src = _c_vp.from_address(t + OFF_SRC0).value
@@ -222,10 +250,16 @@ class StreamHook:
                     # reads overlap gate/up compute; with nothing in flight, no extra graph split
                     return b.isolate and bool(self.inflight.get(self.last_addr.get(b.et.layer, 0)))
                 if op == GGML_OP_VIEW or op == GGML_OP_TOP_K or op == GGML_OP_GET_ROWS:
-                    return _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix)
+                    if _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix):
+                        return True
+                if self._want_weights:
+                    return is_final_weights(_string_at(t + OFF_NAME, 40))
                 return False
             if _c_int.from_address(t + OFF_OP).value != GGML_OP_MUL_MAT_ID:
-                self._on_topk(t)
+                if self.stage is not None and _string_at(t + OFF_NAME, 20).startswith(WEIGHTS_PREFIX):
+                    self.stage.on_weights(t)
+                else:
+                    self._on_topk(t)
             return True
         except BaseException as e:  # noqa: BLE001 - must not escape into ctypes
             self.error = e
@@ -329,8 +363,8 @@ class StreamHook:
             if self._dense_scan and self.decode_index >= 1:
                 self._end_dense_scan()
         n_exp = self.layout.n_expert
-        ids = None
-        if n_tok == 1 and self.replay is None and not self.record_routes:
+        ids = view = None
+        if n_tok == 1 and self.replay is None and not self._want_weights:
             flat_ids = list((ctypes.c_int32 * k).from_address(tt.data))  # decode fast path: no numpy
             lo, hi = min(flat_ids), max(flat_ids)
         else:
@@ -347,9 +381,50 @@ class StreamHook:
             lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n_exp:
             raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
+        st = self.stage
+        if st is not None:
+            assert ids is not None and view is not None
+            if st.on_topk(il, self.phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
+                self.counters.mgmt_ns += time.perf_counter_ns() - t0
+                return
         if self.cache is None:
             self.counters.mgmt_ns += time.perf_counter_ns() - t0
             return
+        ev = self._account(il, flat_ids, ids)
+        if st is not None and st.pending is not None:
+            st.pending.event = ev
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    @property
+    def drop_totals(self) -> list[int]:
+        """Decode slots, decode slots dropped, prefill slots, prefill slots dropped (where drops applied)."""
+        return self.stage.totals if self.stage is not None else [0, 0, 0, 0]
+
+    def _finish_weights(self) -> None:
+        """At the layer's first expert-matmul ask: the router weights are computed. Read them (route traces),
+        apply the drops (harness.engine.drop_stage), then account the kept experts."""
+        t0 = time.perf_counter_ns()
+        st = self.stage
+        assert st is not None and st.pending is not None
+        if st.pending.drops and self.drop_replay is None and self._evict_due:
+            self._evict_now()  # the residency the lookups will see
+        try:
+            f = st.finish(self.phase, self.decode_index, self.cache.resident if self.cache is not None else None)
+        except ValueError as e:
+            raise HookError(str(e)) from None
+        if f.drop is None:
+            if f.event is not None:
+                f.event.weights = f.weights
+        elif self.cache is not None:
+            ev = self._account(f.layer, f.ids.reshape(-1)[~f.drop.reshape(-1)].tolist(), f.ids)
+            if ev is not None:
+                ev.weights, ev.dropped = f.weights, f.drop
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _account(self, il: int, flat_ids: list[int], ids: np.ndarray | None) -> RouteEvent | None:
+        """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order)."""
+        assert self.cache is not None
+        n_exp = self.layout.n_expert
         order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
         preloaded: list[int] = []
         if self.preload and il not in self._preloaded:
@@ -382,8 +457,10 @@ class StreamHook:
             self.pending.pop(il, None)
         if self.record_routes and ids is not None:
             hits = set(res.hits)
-            self.routes.append(RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order}))
-        c.mgmt_ns += time.perf_counter_ns() - t0
+            ev = RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order})
+            self.routes.append(ev)
+            return ev
+        return None
 
     def _evict_now(self) -> None:
         t0 = time.perf_counter_ns()

@@ -73,7 +73,7 @@ def batches(f: RouteTraceFile) -> RouteTrace:
     h = f.header
     trace = RouteTrace(name=f.name, model=h.model, arch=h.arch, n_layer=h.n_layer, n_expert=h.n_expert,
                        k=h.k, expert_bytes=list(h.expert_bytes))
-    _group(trace, f.rows)
+    _group(trace, [r for r in f.rows if not r.dropped])  # a dropped expert was never looked up
     return trace
 
 
