@@ -69,7 +69,7 @@ def test_unsupported_arch(tmp_path):
 
     p = _header_only(tmp_path / "x.gguf", "notanarch", [("blk.0.ffn_gate_exps.weight", (32, 32, 8))])
     one_line_error(run("-m", str(p), "--moe-stream"), "'notanarch' is not one the pinned llama.cpp can load",
-                   "qwen2moe, qwen3moe")
+                   "qwen2moe, qwen35moe, qwen3moe", "bmoe --list-archs")
     p = _header_only(tmp_path / "y.gguf", "olmoe", [("blk.0.ffn_w13_exps.weight", (32, 64, 8))])
     one_line_error(run("-m", str(p), "--moe-stream"), "expert layout bmoe does not know", "ffn_gate_exps")
 

@@ -23,7 +23,7 @@ pytestmark = [
 ]
 
 # a POSIX sh engine: parses the harness's flags, writes a bmoe_metrics v2 CSV where --csv says, prints
-# BMOE_PROGRESS lines; --slow doubles the per-token time; --fail exits 3 with one stderr line
+# BMOE_PROGRESS lines (and the # summary line a finished generation ends with); --slow doubles the per-token time; --fail exits 3 with one stderr line
 ENGINE = r"""#!/bin/sh
 n=4; ms=100; csv=""; m=""
 while [ $# -gt 0 ]; do
@@ -43,6 +43,7 @@ done
   echo "# bmoe_metrics v2"; echo "# engine_version=sh-engine 1"; echo "# ms=$ms"
   echo "step,steps,wall_ms,read_bytes"
   i=0; while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "$i,$n,$ms,1048576"; done
+  echo "# summary tokens=$n"
 } > "$csv.part"
 mv "$csv.part" "$csv"
 i=0
