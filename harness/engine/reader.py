@@ -9,6 +9,7 @@ the bytes that land are identical either way.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +41,15 @@ class ExpertReader(Protocol):
     def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+def read_error(e: OSError, path: Path, pos: int, length: int) -> OSError:
+    """An expert read the kernel failed (EIO from failing flash, or any other errno): one line naming the file,
+    the offset and what to do; never a fallback that would change the output."""
+    what = e.strerror or str(e)
+    hint = "the storage under it reported a failed read (check dmesg); copy the model elsewhere or replace it" \
+        if e.errno == errno.EIO else "the read of an expert slice failed"
+    return OSError(e.errno, f"{what} reading {length} bytes at offset {pos} of {path}: {hint}")
 
 
 class SliceReader:
@@ -80,9 +90,9 @@ class SliceReader:
             while got < need:
                 try:
                     n = os.preadv(fd, [_buf(dest + got, b - a - got)], a + got)
-                except OSError as e:  # EINVAL from a filesystem that accepted the open
-                    if got:
-                        raise
+                except OSError as e:  # EINVAL from a filesystem that accepted the open: read buffered
+                    if got or e.errno != errno.EINVAL:
+                        raise read_error(e, path, a + got, b - a - got) from None
                     self.odirect_refused = f"O_DIRECT read failed on {path} ({e.strerror}); reading buffered"
                     self.fd_direct.pop(path, None)
                     return self._read(path, file_pos, length, addr)
@@ -93,7 +103,10 @@ class SliceReader:
             fd = self.fd_buf[path]
             got = 0
             while got < length:
-                n = os.preadv(fd, [_buf(addr + got, length - got)], file_pos + got)
+                try:
+                    n = os.preadv(fd, [_buf(addr + got, length - got)], file_pos + got)
+                except OSError as e:
+                    raise read_error(e, path, file_pos + got, length - got) from None
                 if n <= 0:
                     raise OSError(f"short read at {file_pos + got} in {path}: the model file is truncated")
                 got += n
