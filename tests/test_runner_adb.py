@@ -23,7 +23,8 @@ pytestmark = [
 ]
 
 # a POSIX sh engine: parses the harness's flags, writes a bmoe_metrics v2 CSV where --csv says, prints
-# BMOE_PROGRESS lines (and the # summary line a finished generation ends with); --slow doubles the per-token time; --fail exits 3 with one stderr line
+# BMOE_PROGRESS lines, ends the CSV with its # summary line;
+# --slow doubles the per-token time; --fail exits 3 with one stderr line
 ENGINE = r"""#!/bin/sh
 n=4; ms=100; csv=""; m=""
 while [ $# -gt 0 ]; do
@@ -87,7 +88,9 @@ def test_campaign_over_adb(tmp_path):
         assert mt.format == "bmoe_metrics v2" and mt.meta["engine_version"] == "sh-engine 1"
         assert "BMOE_PROGRESS" in (d / "engine.log").read_text()
         assert r.entry_state.mem_available_mib > 0
-    assert raw_file_changes(res.folder, m) == [] and check_report(res.folder) == ["findings.md", "results.csv"]
+    # nothing written yet: every report file, plots included, is missing
+    assert raw_file_changes(res.folder, m) == [] and check_report(res.folder) == [
+        "findings.md", "results.csv", "plots/tok_s.png", "plots/split.png", "plots/tokens.png"]
     write_report(res.folder)
     md = (res.folder / "findings.md").read_text()
     # read back from the pulled CSVs' preambles: base 100 ms, --slow=on 200 ms
