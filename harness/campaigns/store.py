@@ -57,6 +57,10 @@ class FolderLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _holder(fd)
+                t0 = time.monotonic()  # the holder writes its PID just after taking the lock: give it 2 s
+                while not holder.startswith("PID ") and time.monotonic() - t0 < 2.0:
+                    time.sleep(0.02)
+                    holder = _holder(fd)
                 os.close(fd)
                 raise FolderBusy(f"{what} is in use by another bmoe-bench run ({holder}); wait for it to "
                                  f"finish, or stop it (kill {holder.split()[1] if holder.startswith('PID ') else 'it'})"
