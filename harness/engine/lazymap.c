@@ -154,10 +154,18 @@ static size_t put_num(char *buf, size_t at, size_t cap, long long v) {
     return at;
 }
 
+static int sigbus_fired = 0;
+
 static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
     (void) sig;
     (void) si;
     (void) uctx;
+    /* several threads may fault on the same truncated mapping at once: the first writes the line and exits,
+     * the others wait for that exit (the handler stays installed: with SA_RESETHAND a second thread's SIGBUS
+     * would kill the process with the default action before the first one's _exit) */
+    if (__atomic_exchange_n(&sigbus_fired, 1, __ATOMIC_SEQ_CST)) {
+        for (;;) pause();
+    }
     char buf[2048];
     size_t at = 0;
     const size_t cap = sizeof buf;
@@ -200,7 +208,7 @@ int bmoe_sigbus_install(int n, const int *fds, const long long *sizes, const cha
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     return sigaction(SIGBUS, &sa, NULL);
 }
