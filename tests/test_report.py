@@ -129,8 +129,9 @@ def test_known_answers_flow_into_the_findings(tmp_path):
         < md.index("## I/O roofline") < md.index("## What this does not show") < md.index("## Reproduce")
     # the table column comes from the CSV preambles, the label from the manifest
     assert "| cell | cfg.fast | runs |" in md and "| --fast=on | True | 2/2 | 20.00 [20.00, 20.00] |" in md
-    # roofline: 200 MiB/s / 5 MiB per token = 40 tok/s; 20 achieved = 50%
-    assert "| --fast=on | 5.0 | 40.00 | 20.00 | 50% |" in md
+    # roofline: 200 MiB/s / 5 MiB per token = 40 tok/s; 20 achieved = 50%; combined: 1 / max(5/200, 0.03 s
+    # compute) = 33.33 tok/s, 60% of it
+    assert "| --fast=on | 5.0 | 40.00 | 0.030 | 33.33 | 20.00 | 50% | 60% |" in md
     assert "bmoe-bench run campaigns/t.yaml" in md
     assert "few-runs: base: only 2 successful runs" in md
 
