@@ -25,6 +25,10 @@ then passed again with `ask=False`. So:
   decode; later decodes reuse that graph) is scanned: each source that is a dense weight is rebound to its
   anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
   along. The C front forwards every ask while that scan lasts (`forward_all`), then only the usual ones.
+- with `--prefetch K` / `--predict-prefetch` (a `prefetch.Prefetcher`), each layer's routing names experts of the
+  next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
+  are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads
+  (`spec_wait`) instead of reading again, and an evicted one's page drop waits for a read still running.
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
 is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
 """
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,6 +68,7 @@ from harness.engine.vm import Reservation, SharedSlot
 if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
     from harness.engine.drop import DropReplay, DropRule
+    from harness.engine.prefetch import Prefetcher
     from harness.engine.route_replay import RouteReplay
 
 _c_int = ctypes.c_int
@@ -93,6 +98,9 @@ class TokenCounters:
     read_bytes: int = 0
     lookups: int = 0
     hits: int = 0
+    prefetch_bytes: int = -1  # with a Prefetcher: its counts for the token (prefetch.PrefetchCounts)
+    prefetch_used_bytes: int = -1
+    prefetch_wasted_bytes: int = -1
 
 
 @dataclass
@@ -109,7 +117,9 @@ class HookError(RuntimeError):
     pass
 
 
-def _drop_slices(e: int, bounds: tuple[Bound, ...]) -> None:
+def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
+    if after:  # a speculative read still writing into the slices
+        wait(after)
     for b in bounds:
         pos = b.et.abs_offset + e * b.et.nb2
         b.res.drop(pos, pos + b.et.nb2)
@@ -161,7 +171,8 @@ class StreamHook:
     def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
-                 drop: DropRule | None = None, drop_replay: DropReplay | None = None):
+                 drop: DropRule | None = None, drop_replay: DropReplay | None = None,
+                 prefetch: Prefetcher | None = None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -198,6 +209,8 @@ class StreamHook:
         self.drop_replay = drop_replay  # --drop-replay: recorded decisions instead of the rule
         self._want_weights = record_routes or drop is not None or drop_replay is not None
         self.stage = WeightsStage(drop, drop_replay) if self._want_weights else None
+        self.prefetch = prefetch
+        self.spec_wait: dict[int, list[Future]] = {}  # tensor address -> prefetch reads its next matmul needs
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -246,9 +259,14 @@ class StreamHook:
                     futs = self.inflight.pop(src, None)
                     if futs:
                         self._wait(futs)
+                    if self.spec_wait:
+                        futs = self.spec_wait.pop(src, None)
+                        if futs:
+                            self._wait(futs, count=False)  # the prefetcher counts its own reads
                     # isolate gate/up only while the layer's down slices are still being read, so those
                     # reads overlap gate/up compute; with nothing in flight, no extra graph split
-                    return b.isolate and bool(self.inflight.get(self.last_addr.get(b.et.layer, 0)))
+                    down = self.last_addr.get(b.et.layer, 0)
+                    return b.isolate and bool(self.inflight.get(down) or self.spec_wait.get(down))
                 if op == GGML_OP_VIEW or op == GGML_OP_TOP_K or op == GGML_OP_GET_ROWS:
                     if _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix):
                         return True
@@ -339,13 +357,14 @@ class StreamHook:
         pos = et.abs_offset + e * et.nb2
         return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
 
-    def _wait(self, futs: list[Future]) -> None:
+    def _wait(self, futs: list[Future], count: bool = True) -> None:
         t0 = time.perf_counter_ns()
         c = self.counters
         for f in futs:
             got, ns = f.result()
-            c.read_bytes += got
-            c.io_ns += ns
+            if count:
+                c.read_bytes += got
+                c.io_ns += ns
         c.stall_ns += time.perf_counter_ns() - t0
 
     def _on_topk(self, t: int) -> None:
@@ -455,6 +474,10 @@ class StreamHook:
             self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
         else:
             self.pending.pop(il, None)
+        if self.prefetch is not None:
+            last = order if ids is None or len(ids) == 1 else list(dict.fromkeys(ids[-1].tolist()))
+            for addr, f in self.prefetch.on_routed(il, res.hits, last, self.phase == 1):
+                self.spec_wait.setdefault(addr, []).append(f)
         if self.record_routes and ids is not None:
             hits = set(res.hits)
             ev = RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order})
@@ -466,13 +489,17 @@ class StreamHook:
         t0 = time.perf_counter_ns()
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())
+        if self.prefetch is not None and self.prefetch.planned:  # after the batch's evictions: read what stays
+            self._drop(self.prefetch.admit(self.layer_bound, self.pending_drop))
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
     def _drop(self, evicted: list[tuple[int, int]]) -> None:
+        pf = self.prefetch
         for key in evicted:  # dropped off the compute thread; a later re-read of the key waits for it
+            after = pf.on_evicted(key) if pf is not None else None
             bounds = tuple(self.layer_bound.get(key[0], ()))
             if bounds:
-                f = self.dropper.submit(_drop_slices, key[1], bounds)
+                f = self.dropper.submit(_drop_slices, key[1], bounds, after)
                 self.pending_drop[key] = f
                 self._recent_drops.append(f)
 
@@ -484,6 +511,12 @@ class StreamHook:
     def take_counters(self) -> TokenCounters:
         if self._evict_due:  # settle the last batch's evictions (normally done at its first wait)
             self._evict_now()
+        if self.prefetch is not None:
+            p, c = self.prefetch.take(), self.counters
+            c.read_bytes += p.read_bytes
+            c.io_ns += p.io_ns
+            c.prefetch_bytes, c.prefetch_used_bytes, c.prefetch_wasted_bytes = (p.prefetch_bytes, p.used_bytes,
+                                                                                p.wasted_bytes)
         c, self.counters = self.counters, TokenCounters()
         drops, self._recent_drops = self._recent_drops, []
         for f in drops:  # an eviction that failed must not pass silently
