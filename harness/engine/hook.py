@@ -29,6 +29,10 @@ then passed again with `ask=False`. So:
   next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
   are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads
   (`spec_wait`) instead of reading again, and an evicted one's page drop waits for a read still running.
+- taps (`StreamHook.taps`, empty = no cost): at the first expert-matmul ask of each layer in a graph, the
+  MUL_MAT_ID's src[1] (a reshape view of the layer's MoE input, an ancestor of the routing node, so computed and
+  valid by then) is copied out as float32 [n_tok, n_embd] and every tap is called with
+  (layer, phase, decode_index, hidden): the early router's input (route-ahead, predictive prefetch).
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
 is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -52,6 +57,7 @@ from harness.engine.ggml import (
     GGML_OP_MUL_MAT_ID,
     GGML_OP_TOP_K,
     GGML_OP_VIEW,
+    GGML_TYPE_F32,
     GGML_TYPE_I32,
     OFF_DATA,
     OFF_NAME,
@@ -80,6 +86,8 @@ GET_ROWS_VERSION = 4  # 4 also isolates a GET_ROWS top-k node (selection by toke
 FILTER_VERSION_WEIGHTS = 4  # 4 also forwards the router-weights nodes (wprefix)
 STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
+# tap(layer, phase, decode_index, hidden float32 [n_tok, n_embd]): a layer's MoE input, at its first expert matmul
+Tap = Callable[[int, int, int, np.ndarray], None]
 
 
 @dataclass
@@ -211,6 +219,9 @@ class StreamHook:
         self.stage = WeightsStage(drop, drop_replay) if self._want_weights else None
         self.prefetch = prefetch
         self.spec_wait: dict[int, list[Future]] = {}  # tensor address -> prefetch reads its next matmul needs
+        self.taps: list[Tap] = []  # called with each layer's MoE input (see the module docstring)
+        self._tap_due: int | None = None  # the layer whose routing node was seen and whose input is not tapped yet
+        self.tap_skipped: set[int] = set()  # layers whose matmul input is not the plain MoE input (llama4)
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -246,6 +257,8 @@ class StreamHook:
                     st = self.stage
                     if st is not None and st.pending is not None:  # the layer's first expert matmul
                         self._finish_weights()
+                    if self._tap_due is not None:
+                        self._run_taps(t)
                     if self.cache is None:
                         return False  # replay-only run (mmap baseline): experts stay in the file mapping
                     src = _c_vp.from_address(t + OFF_SRC0).value
@@ -373,6 +386,8 @@ class StreamHook:
         name = tt.name.decode()
         il = int(name[len(self.topk_prefix):])
         self._routed.add(il)
+        if self.taps:
+            self._tap_due = il
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
@@ -412,6 +427,28 @@ class StreamHook:
         ev = self._account(il, flat_ids, ids)
         if st is not None and st.pending is not None:
             st.pending.event = ev
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _run_taps(self, t: int) -> None:
+        """The layer's first expert-matmul ask: hand its MoE input (src[1]) to every tap."""
+        t0 = time.perf_counter_ns()
+        il, self._tap_due = self._tap_due, None
+        assert il is not None
+        src0 = _c_vp.from_address(t + OFF_SRC0).value
+        if not _string_at(src0 + OFF_NAME, 24).startswith(f"blk.{il}.".encode()):
+            raise HookError(f"the first expert matmul after '{self.layout.row.topk_node}-{il}' is "
+                            f"{_string_at(src0 + OFF_NAME).decode()!r}, not one of layer {il}")
+        x = tensor_at(_Srcs.from_address(t + OFF_SRC0)[1])
+        if int(x.type) != GGML_TYPE_F32 or int(x.ne[1]) != 1 or int(x.nb[0]) != 4:
+            self.tap_skipped.add(il)  # e.g. llama4 multiplies the router weights in first: not the MoE input
+            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            return
+        n_embd, n_tok, nb2 = int(x.ne[0]), int(x.ne[2]) * int(x.ne[3]), int(x.nb[2])
+        buf = (ctypes.c_float * ((n_tok - 1) * (nb2 // 4) + n_embd)).from_address(x.data)
+        hidden = np.lib.stride_tricks.as_strided(np.frombuffer(buf, dtype=np.float32), shape=(n_tok, n_embd),
+                                                 strides=(nb2, 4)).copy()
+        for tap in self.taps:
+            tap(il, self.phase, self.decode_index, hidden)
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
     @property
