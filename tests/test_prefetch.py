@@ -154,6 +154,34 @@ def test_admit_skips_an_expert_whose_pages_are_still_being_dropped(parts):
     assert (1, 1) not in cache.resident and (1, 2) in cache.resident and (1, 2) not in pending
 
 
+def test_the_early_router_tap_plans_the_next_layers_names_best_first_and_bounded(parts):
+    import numpy as np
+
+    from harness.engine.early_router import EarlyRouter
+
+    layout, reader, bound, eb = parts
+    cache = ExpertCache(100 * eb[0], eb, "lru")
+    router = EarlyRouter.load(layout, 2)
+    pf = _prefetcher(layout, reader, cache, ahead=1)
+    pf.router, pf.spec_max = router, 1
+    hidden = np.random.default_rng(0).standard_normal((1, router.routers[0].weight.shape[1])).astype(np.float32)
+    names = [int(e) for e in router.predict(1, hidden)[0]]
+    pf.tap(0, 0, -1, hidden)  # prefill: nothing
+    assert not pf.planned
+    pf.planned = {(3, 0): None}  # a history candidate already planned
+    pf.tap(0, 1, 0, hidden)
+    assert list(pf.planned) == [(1, names[0]), (3, 0)]  # the best name only (spec_max 1), ahead of the history's
+    cache.lookup_batch(1, [names[0]])
+    pf.planned = {}
+    pf.tap(0, 1, 0, hidden)
+    assert list(pf.planned) == [(1, names[1])]  # the resident one is skipped and not counted against the bound
+    pf.planned = {}
+    pf.tap(3, 1, 0, hidden)  # the last MoE layer: no next layer in this token
+    assert not pf.planned
+    pf.on_routed(1, [], [names[1], next(e for e in range(8) if e not in names)], decode=True)
+    assert pf.summary()["predict_agree"] == 0.5
+
+
 def test_cache_admit_makes_room_with_the_policys_victims_and_counts_nothing():
     eb = [100, 100]
     c = ExpertCache(200, eb, "lru")

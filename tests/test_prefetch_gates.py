@@ -44,12 +44,17 @@ def _stream(model, tmp_path, *flags, env=None):
     ("--prefetch", "2", "--io-threads", "2"),
     ("--prefetch", "3", "--io-threads", "1", "--cache-policy", "lru"),  # one lane: reads mostly withdrawn
     ("--prefetch", "1", "--cache-policy", "lfu", "--prefetch-lanes", "4"),  # admissions refused by the policy
+    ("--predict-prefetch",),
+    ("--predict-prefetch", "--predict-spec-max", "1", "--no-odirect"),
+    ("--predict-prefetch", "--prefetch", "2", "--io-threads", "2"),
 ])
 def test_prefetch_streamed_matches_resident(model, resident, tmp_path, flags):
     r = _stream(model, tmp_path, "--cache-mb", SMALL, *flags)
     assert r.tokens == resident
     assert r.summary["evictions"] > 0 and r.summary["prefetch_mib"] > 0, r.summary
     assert r.preamble["odirect_effective"] == ("0" if "--no-odirect" in flags else "1")
+    if "--predict-prefetch" in flags:
+        assert 0 < r.summary["predict_agree"] < 1  # the next layer's router on this layer's input: a guess
 
 
 def test_prefetch_counts_add_up(model, tmp_path):
@@ -79,13 +84,14 @@ def test_prefetch_needs_a_cache(model, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_one_wrong_expert_still_diverges_with_prefetch_on(model, resident, tmp_path):
+@pytest.mark.parametrize("mode", [("--prefetch", "2"), ("--predict-prefetch",)])
+def test_one_wrong_expert_still_diverges_with_prefetch_on(model, resident, tmp_path, mode):
     """Every read of one expert (demand or speculative) gets another expert's bytes: the gate must see it.
     Buffered reads: with O_DIRECT a neighbour's page-aligned read, which prefetch may run while the layer
     computes, writes the file's true bytes over the boundary page it shares with the wrong slice, so how
     wrong the slice is would vary from run to run."""
     trace = tmp_path / "t.route.csv"
-    flags = ("--cache-mb", SMALL, "--prefetch", "2", "--no-odirect")
+    flags = ("--cache-mb", SMALL, *mode, "--no-odirect")
     _stream(model, tmp_path, *flags, "--route-trace", str(trace))
     rows = [r for r in read_route_trace(trace).rows if r.phase == DECODE and r.layer == 2]
     expert = Counter(r.expert for r in rows).most_common(1)[0][0]

@@ -262,12 +262,18 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect, spec_max=cfg.prefetch_lanes or None)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
     prefetch = None
-    if cfg.moe_stream and cfg.prefetch:
+    if cfg.moe_stream and (cfg.prefetch or cfg.predict_prefetch):
         from harness.engine.prefetch import Prefetcher
 
         assert parts.cache is not None and parts.reader is not None
+        router = None
+        if cfg.predict_prefetch:
+            from harness.engine.early_router import EarlyRouter
+
+            router = EarlyRouter.load(layout, k)
         prefetch = Prefetcher(parts.cache, parts.reader, sorted(layout.by_layer),
-                              {m: len(ts) for m, ts in layout.by_layer.items()}, ahead=cfg.prefetch)
+                              {m: len(ts) for m, ts in layout.by_layer.items()}, ahead=cfg.prefetch, router=router,
+                              spec_max=cfg.predict_spec_max)
     drop = drop_replay = None
     if cfg.drop_cold_experts is not None or cfg.drop_replay:
         from harness.engine.drop import DropReplay, DropRule
@@ -280,6 +286,8 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
                             drop=drop, drop_replay=drop_replay, prefetch=prefetch)
+    if prefetch is not None and prefetch.router is not None:
+        parts.hook.taps.append(prefetch.tap)
     return parts.hook
 
 
@@ -302,8 +310,9 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
         if cfg.drop_cold_experts is not None and not parts.plan.budget_bytes:
             raise UserError(f"--drop-cold-experts skips cache misses only, and the cache plan is none "
                             f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
-        if cfg.prefetch and not parts.plan.budget_bytes:
-            raise UserError(f"--prefetch reads ahead into the expert cache, and the cache plan is none "
+        if (cfg.prefetch or cfg.predict_prefetch) and not parts.plan.budget_bytes:
+            raise UserError(f"{'--prefetch' if cfg.prefetch else '--predict-prefetch'} reads ahead into the expert "
+                            f"cache, and the cache plan is none "
                             f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
         if cfg.prefetch >= len(layout.by_layer):
             raise UserError(f"--prefetch {cfg.prefetch}: {cfg.model} has {len(layout.by_layer)} MoE layers; "

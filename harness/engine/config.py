@@ -100,6 +100,13 @@ class EngineConfig:
     prefetch: int = opt(0, "--prefetch", metavar="K", lo=0, stream_only=True,
                         help="lossless: at each layer's routing in decode, read into the cache on idle lanes the "
                         "experts the previous token used at the next K MoE layers (0 = off; needs a cache)")
+    predict_prefetch: bool = opt(False, "--predict-prefetch", stream_only=True,
+                                 help="lossless: at each decode layer, run the next MoE layer's router early on "
+                                 "this layer's MoE input and read the experts it names into the cache on idle lanes "
+                                 "(needs a cache)")
+    predict_spec_max: int = opt(0, "--predict-spec-max", metavar="N", lo=0, stream_only=True,
+                                help="with --predict-prefetch: read at most N of the named experts per layer, best "
+                                "first (0 = all it names: k)")
     prefetch_lanes: int = opt(0, "--prefetch-lanes", lo=0, hi=IO_THREADS_MAX, stream_only=True,
                               help="speculative (prefetch) reads in flight at most (0 = --io-threads - 1, at least 1); "
                               "demand reads always go first")
@@ -325,12 +332,12 @@ def _drop_rules(cfg: EngineConfig) -> str | None:
 
 
 def _prefetch_rules(cfg: EngineConfig) -> str | None:
-    on = cfg.prefetch > 0
-    if on and cfg.cache_mb == 0:
-        return ("bmoe: --prefetch reads experts ahead into the expert cache, so it needs one: give --cache-mb N "
+    flag = "--prefetch" if cfg.prefetch > 0 else "--predict-prefetch" if cfg.predict_prefetch else None
+    if flag and cfg.cache_mb == 0:
+        return (f"bmoe: {flag} reads experts ahead into the expert cache, so it needs one: give --cache-mb N "
                 "or auto (with --cache-mb 0 every layer shares one buffer, which a read ahead would overwrite)")
-    if on and cfg.cache_preload:
-        return "bmoe: --prefetch with --cache-preload: every expert is resident, there is nothing to read ahead"
+    if flag and cfg.cache_preload:
+        return f"bmoe: {flag} with --cache-preload: every expert is resident, there is nothing to read ahead"
     return None
 
 

@@ -267,8 +267,8 @@ class StreamHook:
                         b = self._bind(src)
                     if b is None:
                         return False
-                    if self._evict_due:  # the last batch's reads are in flight now: decide evictions meanwhile
-                        self._evict_now()
+                    if self._evict_due or (self.prefetch is not None and self.prefetch.planned):
+                        self._evict_now()  # the last batch's reads are in flight now: decide evictions meanwhile
                     futs = self.inflight.pop(src, None)
                     if futs:
                         self._wait(futs)

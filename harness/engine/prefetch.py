@@ -2,8 +2,13 @@
 
 Which experts: `--prefetch K` names, at layer l's routing during decode, the experts most recently routed at
 the next K MoE layers (the previous token's, or for layers past the last one this token's, which are the
-previous token's for the next one); `--predict-prefetch` adds what an early router names for the next layer
-(`plan`). Candidates already resident or in flight are skipped.
+previous token's for the next one); `--predict-prefetch` adds, at layer l's first expert matmul (a StreamHook
+tap on its MoE input), what layer l+1's router run early on that input names (`tap`, at most `spec_max` of
+them, best first, ahead of the history's). Candidates already resident or in flight are skipped. The
+predictor's accuracy is reported as `predict_agree` (named experts the layer then used / named).
+
+A speculative entry is told to the policy as an insert when admitted and as a hit when a lookup uses it: for LRU
+that is the order a demand miss would have given; frequency policies count one use more.
 
 How they enter the cache (`admit`, run after the batch's evictions are decided, so only entries that survive
 them are read): `ExpertCache.admit` inserts each one as the policy's insert, outside any lookup (no hit or miss
@@ -26,13 +31,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
 
 from harness.engine.cache import ExpertCache
 from harness.engine.gguf_layout import ExpertTensor
 from harness.engine.policies import Key
 from harness.engine.reader import ExpertReader
 from harness.engine.vm import Reservation
+
+if TYPE_CHECKING:
+    from harness.engine.early_router import EarlyRouter
 
 
 class Bound(Protocol):
@@ -74,6 +84,8 @@ class Prefetcher:
     moe_layers: Sequence[int]  # in graph order
     n_tensors: dict[int, int]  # layer -> its routed-expert tensors (all must be bound before a read)
     ahead: int = 0  # --prefetch K
+    router: EarlyRouter | None = None  # --predict-prefetch: the next layer's router, run early (`tap`)
+    spec_max: int = 0  # --predict-spec-max N: at most N predicted experts read per layer (0 = all it names)
     last: dict[int, list[int]] = field(default_factory=dict)  # layer -> experts of the last token routed there
     planned: dict[Key, None] = field(default_factory=dict)
     entries: dict[Key, _Entry] = field(default_factory=dict)  # admitted, read issued, not used yet
@@ -81,6 +93,8 @@ class Prefetcher:
     _reads: list[tuple[Future, int]] = field(default_factory=list)  # (read, logical bytes) not harvested yet
     _tok: PrefetchCounts = field(default_factory=PrefetchCounts)  # since the last take()
     _gen: PrefetchCounts = field(default_factory=PrefetchCounts)  # since the last summary()
+    _named: dict[int, list[int]] = field(default_factory=dict)  # layer -> the early router's names this token
+    _agree: list[int] = field(default_factory=lambda: [0, 0])  # named experts the layer then used, named
 
     def __post_init__(self) -> None:
         self._pos = {m: i for i, m in enumerate(self.moe_layers)}
@@ -107,6 +121,11 @@ class Prefetcher:
                 del entries[key]
                 self.cache.forget(key)
                 self._tok.cancelled += 1
+        named = self._named.pop(layer, None)
+        if named is not None and decode:
+            used = set(experts)
+            self._agree[0] += sum(e in used for e in named)
+            self._agree[1] += len(named)
         self.last[layer] = experts
         if decode and self.ahead:
             n = len(self.moe_layers)
@@ -116,13 +135,29 @@ class Prefetcher:
                 self.plan(m, self.last.get(m, ()))
         return wait
 
-    def plan(self, layer: int, experts: Iterable[int]) -> None:
-        """Name experts of `layer` to prefetch (read at the next `admit`)."""
-        resident, entries, planned = self.cache.resident, self.entries, self.planned
+    def plan(self, layer: int, experts: Iterable[int], limit: int = 0, first: bool = False) -> None:
+        """Name experts of `layer` to prefetch (read at the next `admit`): those not resident nor in flight, at
+        most `limit` of them (0: all), ahead of the ones already planned when `first`."""
+        resident, entries = self.cache.resident, self.entries
+        new: dict[Key, None] = {}
         for e in experts:
             key = (layer, int(e))
             if key not in resident and key not in entries:
-                planned[key] = None
+                new[key] = None
+                if len(new) == limit:
+                    break
+        self.planned = {**new, **self.planned} if first else {**self.planned, **new}
+
+    def tap(self, layer: int, phase: int, decode_index: int, hidden: np.ndarray) -> None:
+        """A StreamHook tap (layer `layer`'s MoE input, at its first expert matmul): in decode, run the next
+        MoE layer's router on it and plan what it names, best first, ahead of the history's candidates."""
+        i = self._pos.get(layer)
+        if phase != 1 or self.router is None or i is None or i + 1 >= len(self.moe_layers):
+            return
+        m = self.moe_layers[i + 1]
+        names = [int(e) for e in self.router.predict(m, hidden)[-1]]
+        self._named[m] = names
+        self.plan(m, names, self.spec_max, first=True)
 
     # -- reads ---------------------------------------------------------------------------------------------
     def admit(self, layer_bound: dict[int, list[Bound]], pending_drop: dict[Key, Future]) -> list[Key]:
@@ -194,7 +229,13 @@ class Prefetcher:
         (evicted unused, plus `prefetch_unused_mib`: resident and not used at the end), reads cancelled."""
         g, self._gen = self._gen, PrefetchCounts()
         unused = sum(e.nbytes for e in self.entries.values())
-        return {"prefetch_mib": round(g.prefetch_bytes / MIB, 3), "prefetch_used_mib": round(g.used_bytes / MIB, 3),
-                "prefetch_wasted_mib": round((g.wasted_bytes + unused) / MIB, 3),
-                "prefetch_unused_mib": round(unused / MIB, 3), "prefetch_cancelled": g.cancelled,
-                "prefetch_used_pct": round(100 * g.used_bytes / g.prefetch_bytes, 3) if g.prefetch_bytes else -1}
+        hit, named = self._agree
+        self._agree = [0, 0]
+        out: dict[str, object] = {}
+        if self.router is not None:  # meaningless under --route-replay (the routing is the trace's, not the model's)
+            out["predict_agree"] = round(hit / named, 4) if named else -1
+        out.update({"prefetch_mib": round(g.prefetch_bytes / MIB, 3), "prefetch_used_mib": round(g.used_bytes / MIB, 3),
+                    "prefetch_wasted_mib": round((g.wasted_bytes + unused) / MIB, 3),
+                    "prefetch_unused_mib": round(unused / MIB, 3), "prefetch_cancelled": g.cancelled,
+                    "prefetch_used_pct": round(100 * g.used_bytes / g.prefetch_bytes, 3) if g.prefetch_bytes else -1})
+        return out
