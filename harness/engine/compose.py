@@ -228,6 +228,10 @@ class Engine:
         d["dense_resident_frac_is"] = DENSE_FRAC_IS[mode] + (
             f"; measured every {n} tokens (from the first), -1 in between" if n > 1 else "")
         d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
+        if p.hook and p.hook.prefetch:
+            d["prefetch_is"] = ("speculative reads on idle lanes (lossless): read_bytes and io_ms include them; "
+                                "prefetch_bytes = their experts' bytes completed, used = hit by a later lookup, "
+                                "wasted = evicted unused (the summary adds those unused at the end)")
         d["mem_stall_ms_is"] = self.session.psi_source
         d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         d["units"] = "ms, bytes, MiB; -1 = unmeasured"
