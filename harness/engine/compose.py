@@ -267,17 +267,11 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
     prefetch = None
     if cfg.moe_stream and (cfg.prefetch or cfg.predict_prefetch):
-        from harness.engine.prefetch import Prefetcher
+        from harness.engine.prefetch import make_prefetcher
 
         assert parts.cache is not None and parts.reader is not None
-        router = None
-        if cfg.predict_prefetch:
-            from harness.engine.early_router import EarlyRouter
-
-            router = EarlyRouter.load(layout, k)
-        prefetch = Prefetcher(parts.cache, parts.reader, sorted(layout.by_layer),
-                              {m: len(ts) for m, ts in layout.by_layer.items()}, ahead=cfg.prefetch, router=router,
-                              spec_max=cfg.predict_spec_max)
+        prefetch = make_prefetcher(cfg.prefetch, cfg.predict_prefetch, cfg.predict_spec_max, layout, k, parts.cache,
+                                   parts.reader)
     drop = drop_replay = None
     if cfg.drop_cold_experts is not None or cfg.drop_replay:
         from harness.engine.drop import DropReplay, DropRule

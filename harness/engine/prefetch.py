@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from harness.engine.cache import ExpertCache
-from harness.engine.gguf_layout import ExpertTensor
+from harness.engine.gguf_layout import ExpertTensor, ModelLayout
 from harness.engine.policies import Key
 from harness.engine.reader import ExpertReader
 from harness.engine.vm import Reservation
@@ -239,3 +239,16 @@ class Prefetcher:
                     "prefetch_unused_mib": round(unused / MIB, 3), "prefetch_cancelled": g.cancelled,
                     "prefetch_used_pct": round(100 * g.used_bytes / g.prefetch_bytes, 3) if g.prefetch_bytes else -1})
         return out
+
+
+def make_prefetcher(ahead: int, predict: bool, spec_max: int, layout: ModelLayout, k: int, cache: ExpertCache,
+                    reader: ExpertReader) -> Prefetcher:
+    """The run's prefetcher: `--prefetch K` history, and with `--predict-prefetch` the early router (every MoE
+    layer's router read from the file once; its `tap` goes into the hook's taps)."""
+    router = None
+    if predict:
+        from harness.engine.early_router import EarlyRouter
+
+        router = EarlyRouter.load(layout, k)
+    return Prefetcher(cache, reader, sorted(layout.by_layer), {m: len(ts) for m, ts in layout.by_layer.items()},
+                      ahead=ahead, router=router, spec_max=spec_max)
