@@ -22,6 +22,7 @@ class Run:
     tokens: list[int]
     summary: dict[str, float]
     preamble: dict[str, str]
+    csv: Path | None = None
 
 
 def read_csv(path: Path) -> tuple[list[int], dict[str, float], dict[str, str]]:
@@ -40,4 +41,4 @@ def bmoe(model: Path | str, *flags: str, n: int = 24, tmp: Path, env: dict[str, 
         tokens, summary, pre = read_csv(csv)
     else:
         tokens, summary, pre = [], {}, {}
-    return Run(p.returncode, p.stdout, p.stderr, tokens, summary, pre)
+    return Run(p.returncode, p.stdout, p.stderr, tokens, summary, pre, csv)

@@ -166,6 +166,35 @@ class ExpertCache:
             added.append(int(e))
         return added
 
+    def admit(self, layer: int, expert: int) -> tuple[bool, list[Key]]:
+        """A speculative insert (prefetch), outside any batch: no lookup, hit or miss is counted. The entry
+        is told to the policy as an insert (as `preload` does) and room is made at once with the policy's own
+        victims, never an entry the last batch touched. When the policy picks the new entry itself (it values
+        it least) it is taken out again, uncounted: (False, evicted). Else (True, evicted). A policy whose
+        counts outlive residency (lfu, the aged family) remembers even a refused insert as a use."""
+        key = (layer, int(expert))
+        if not self.enabled or key in self.resident:
+            return False, []
+        self.resident.add(key)
+        self.resident_bytes += self.expert_bytes[layer]
+        self._clock += 1
+        self.policy.on_insert(key, self._clock)
+        out: list[Key] = []
+        while self.resident_bytes > self.budget:
+            victim = self.policy.victim(self._protected)
+            if victim is None or victim == key:
+                self.forget(key)
+                return False, out
+            self._evict(victim)
+            out.append(victim)
+        return True, out
+
+    def forget(self, key: Key) -> None:
+        """Take an entry out without counting an eviction (a speculative entry whose read never ran)."""
+        self.resident.remove(key)
+        self.resident_bytes -= self.expert_bytes[key[0]]
+        self.policy.on_evict(key)
+
     def _evict(self, key: Key) -> None:
         self.resident.remove(key)
         self.resident_bytes -= self.expert_bytes[key[0]]

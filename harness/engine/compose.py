@@ -181,6 +181,8 @@ class Engine:
             s.extra["cache_budget_mib"] = round(p.cache.budget / MIB, 3)
             s.extra["token_cycle_mib"] = round(p.plan.cycle_bytes / MIB, 3) if p.plan else -1
             s.extra["odirect"] = int(p.reader.odirect) if p.reader else 0
+        if p.hook and p.hook.prefetch:
+            s.extra.update(p.hook.prefetch.summary())
         if p.dense:
             s.extra.update(p.dense.summary())
         if p.hook and p.hook.drop:
@@ -226,6 +228,10 @@ class Engine:
         d["dense_resident_frac_is"] = DENSE_FRAC_IS[mode] + (
             f"; measured every {n} tokens (from the first), -1 in between" if n > 1 else "")
         d["read_bytes_source"] = "reader" if cfg.moe_stream else "proc_io"
+        if p.hook and p.hook.prefetch:
+            d["prefetch_is"] = ("speculative reads on idle lanes (lossless): read_bytes and io_ms include them; "
+                                "prefetch_bytes = their experts' bytes completed, used = hit by a later lookup, "
+                                "wasted = evicted unused (the summary adds those unused at the end)")
         d["mem_stall_ms_is"] = self.session.psi_source
         d["compute_ms_is"] = "residual: wall - stall - mgmt (ggml compute + hook overhead)"
         d["units"] = "ms, bytes, MiB; -1 = unmeasured"
@@ -257,8 +263,15 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         assert parts.plan is not None
         parts.cache = ExpertCache(parts.plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy,
                                   n_expert=layout.n_expert)
-        reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect)
+        reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect, spec_max=cfg.prefetch_lanes or None)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
+    prefetch = None
+    if cfg.moe_stream and (cfg.prefetch or cfg.predict_prefetch):
+        from harness.engine.prefetch import make_prefetcher
+
+        assert parts.cache is not None and parts.reader is not None
+        prefetch = make_prefetcher(cfg.prefetch, cfg.predict_prefetch, cfg.predict_spec_max, layout, k, parts.cache,
+                                   parts.reader)
     drop = drop_replay = None
     if cfg.drop_cold_experts is not None or cfg.drop_replay:
         from harness.engine.drop import DropReplay, DropRule
@@ -270,7 +283,9 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         return None
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
-                            drop=drop, drop_replay=drop_replay)
+                            drop=drop, drop_replay=drop_replay, prefetch=prefetch)
+    if prefetch is not None and prefetch.router is not None:
+        parts.hook.taps.append(prefetch.tap)
     return parts.hook
 
 
@@ -293,6 +308,13 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
         if cfg.drop_cold_experts is not None and not parts.plan.budget_bytes:
             raise UserError(f"--drop-cold-experts skips cache misses only, and the cache plan is none "
                             f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
+        if (cfg.prefetch or cfg.predict_prefetch) and not parts.plan.budget_bytes:
+            raise UserError(f"{'--prefetch' if cfg.prefetch else '--predict-prefetch'} reads ahead into the expert "
+                            f"cache, and the cache plan is none "
+                            f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
+        if cfg.prefetch >= len(layout.by_layer):
+            raise UserError(f"--prefetch {cfg.prefetch}: {cfg.model} has {len(layout.by_layer)} MoE layers; "
+                            f"give at most {len(layout.by_layer) - 1}")
     try:
         session = Session(cfg, layout, lambda: _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter,
                                                              wrap_reader=wrap_reader), dense=parts.dense)

@@ -97,6 +97,19 @@ class EngineConfig:
     cache_preload: bool = opt(False, "--cache-preload", stream_only=True,
                               help="read every expert into the cache at its first pass (needs a budget >= all experts)")
     io_threads: int = opt(4, "--io-threads", lo=1, hi=IO_THREADS_MAX, stream_only=True, help="parallel read lanes")
+    prefetch: int = opt(0, "--prefetch", metavar="K", lo=0, stream_only=True,
+                        help="lossless: at each layer's routing in decode, read into the cache on idle lanes the "
+                        "experts the previous token used at the next K MoE layers (0 = off; needs a cache)")
+    predict_prefetch: bool = opt(False, "--predict-prefetch", stream_only=True,
+                                 help="lossless: at each decode layer, run the next MoE layer's router early on "
+                                 "this layer's MoE input and read the experts it names into the cache on idle lanes "
+                                 "(needs a cache)")
+    predict_spec_max: int = opt(0, "--predict-spec-max", metavar="N", lo=0, stream_only=True,
+                                help="with --predict-prefetch: read at most N of the named experts per layer, best "
+                                "first (0 = all it names: k)")
+    prefetch_lanes: int = opt(0, "--prefetch-lanes", lo=0, hi=IO_THREADS_MAX, stream_only=True,
+                              help="speculative (prefetch) reads in flight at most (0 = --io-threads - 1, at least 1); "
+                              "demand reads always go first")
     odirect: bool = opt(True, "--no-odirect", stream_only=True, help="buffered reads instead of O_DIRECT")
     n_expert_used: int = opt(0, "--n-expert-used", lo=0, lossy="below the model's own",
                              help="active experts per token (0 = the model's own)")
@@ -318,6 +331,16 @@ def _drop_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _prefetch_rules(cfg: EngineConfig) -> str | None:
+    flag = "--prefetch" if cfg.prefetch > 0 else "--predict-prefetch" if cfg.predict_prefetch else None
+    if flag and cfg.cache_mb == 0:
+        return (f"bmoe: {flag} reads experts ahead into the expert cache, so it needs one: give --cache-mb N "
+                "or auto (with --cache-mb 0 every layer shares one buffer, which a read ahead would overwrite)")
+    if flag and cfg.cache_preload:
+        return f"bmoe: {flag} with --cache-preload: every expert is resident, there is nothing to read ahead"
+    return None
+
+
 def lossy_settings(cfg: EngineConfig) -> list[str]:
     """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
     return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
@@ -325,7 +348,7 @@ def lossy_settings(cfg: EngineConfig) -> list[str]:
 
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
                                                              _no_think_needs_chatml, _prompts_file_rules,
-                                                             _drop_rules)
+                                                             _drop_rules, _prefetch_rules)
 
 
 def validate(cfg: EngineConfig) -> None:

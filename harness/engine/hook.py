@@ -25,6 +25,14 @@ then passed again with `ask=False`. So:
   decode; later decodes reuse that graph) is scanned: each source that is a dense weight is rebound to its
   anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
   along. The C front forwards every ask while that scan lasts (`forward_all`), then only the usual ones.
+- with `--prefetch K` / `--predict-prefetch` (a `prefetch.Prefetcher`), each layer's routing names experts of the
+  next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
+  are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads
+  (`spec_wait`) instead of reading again, and an evicted one's page drop waits for a read still running.
+- taps (`StreamHook.taps`, empty = no cost): at the first expert-matmul ask of each layer in a graph, the
+  MUL_MAT_ID's src[1] (a reshape view of the layer's MoE input, an ancestor of the routing node, so computed and
+  valid by then) is copied out as float32 [n_tok, n_embd] and every tap is called with
+  (layer, phase, decode_index, hidden): the early router's input (route-ahead, predictive prefetch).
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
 is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
 """
@@ -33,7 +41,8 @@ from __future__ import annotations
 
 import ctypes
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,6 +57,7 @@ from harness.engine.ggml import (
     GGML_OP_MUL_MAT_ID,
     GGML_OP_TOP_K,
     GGML_OP_VIEW,
+    GGML_TYPE_F32,
     GGML_TYPE_I32,
     OFF_DATA,
     OFF_NAME,
@@ -64,6 +74,7 @@ from harness.engine.vm import Reservation, SharedSlot
 if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
     from harness.engine.drop import DropReplay, DropRule
+    from harness.engine.prefetch import Prefetcher
     from harness.engine.route_replay import RouteReplay
 
 _c_int = ctypes.c_int
@@ -75,6 +86,8 @@ GET_ROWS_VERSION = 4  # 4 also isolates a GET_ROWS top-k node (selection by toke
 FILTER_VERSION_WEIGHTS = 4  # 4 also forwards the router-weights nodes (wprefix)
 STALE = "stale"  # load_filter: the built library is older than this file needs
 _string_at = ctypes.string_at
+# tap(layer, phase, decode_index, hidden float32 [n_tok, n_embd]): a layer's MoE input, at its first expert matmul
+Tap = Callable[[int, int, int, np.ndarray], None]
 
 
 @dataclass
@@ -93,6 +106,9 @@ class TokenCounters:
     read_bytes: int = 0
     lookups: int = 0
     hits: int = 0
+    prefetch_bytes: int = -1  # with a Prefetcher: its counts for the token (prefetch.PrefetchCounts)
+    prefetch_used_bytes: int = -1
+    prefetch_wasted_bytes: int = -1
 
 
 @dataclass
@@ -109,7 +125,9 @@ class HookError(RuntimeError):
     pass
 
 
-def _drop_slices(e: int, bounds: tuple[Bound, ...]) -> None:
+def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
+    if after:  # a speculative read still writing into the slices
+        wait(after)
     for b in bounds:
         pos = b.et.abs_offset + e * b.et.nb2
         b.res.drop(pos, pos + b.et.nb2)
@@ -161,7 +179,8 @@ class StreamHook:
     def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
-                 drop: DropRule | None = None, drop_replay: DropReplay | None = None):
+                 drop: DropRule | None = None, drop_replay: DropReplay | None = None,
+                 prefetch: Prefetcher | None = None):
         self.layout = layout
         self.cache = cache
         self.reader = reader
@@ -198,6 +217,11 @@ class StreamHook:
         self.drop_replay = drop_replay  # --drop-replay: recorded decisions instead of the rule
         self._want_weights = record_routes or drop is not None or drop_replay is not None
         self.stage = WeightsStage(drop, drop_replay) if self._want_weights else None
+        self.prefetch = prefetch
+        self.spec_wait: dict[int, list[Future]] = {}  # tensor address -> prefetch reads its next matmul needs
+        self.taps: list[Tap] = []  # called with each layer's MoE input (see the module docstring)
+        self._tap_due: int | None = None  # the layer whose routing node was seen and whose input is not tapped yet
+        self.tap_skipped: set[int] = set()  # layers whose matmul input is not the plain MoE input (llama4)
         from llama_cpp import llama_cpp as L
 
         self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
@@ -233,6 +257,8 @@ class StreamHook:
                     st = self.stage
                     if st is not None and st.pending is not None:  # the layer's first expert matmul
                         self._finish_weights()
+                    if self._tap_due is not None:
+                        self._run_taps(t)
                     if self.cache is None:
                         return False  # replay-only run (mmap baseline): experts stay in the file mapping
                     src = _c_vp.from_address(t + OFF_SRC0).value
@@ -241,14 +267,19 @@ class StreamHook:
                         b = self._bind(src)
                     if b is None:
                         return False
-                    if self._evict_due:  # the last batch's reads are in flight now: decide evictions meanwhile
-                        self._evict_now()
+                    if self._evict_due or (self.prefetch is not None and self.prefetch.planned):
+                        self._evict_now()  # the last batch's reads are in flight now: decide evictions meanwhile
                     futs = self.inflight.pop(src, None)
                     if futs:
                         self._wait(futs)
+                    if self.spec_wait:
+                        futs = self.spec_wait.pop(src, None)
+                        if futs:
+                            self._wait(futs, count=False)  # the prefetcher counts its own reads
                     # isolate gate/up only while the layer's down slices are still being read, so those
                     # reads overlap gate/up compute; with nothing in flight, no extra graph split
-                    return b.isolate and bool(self.inflight.get(self.last_addr.get(b.et.layer, 0)))
+                    down = self.last_addr.get(b.et.layer, 0)
+                    return b.isolate and bool(self.inflight.get(down) or self.spec_wait.get(down))
                 if op == GGML_OP_VIEW or op == GGML_OP_TOP_K or op == GGML_OP_GET_ROWS:
                     if _string_at(t + OFF_NAME, 20).startswith(self.topk_prefix):
                         return True
@@ -339,13 +370,14 @@ class StreamHook:
         pos = et.abs_offset + e * et.nb2
         return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
 
-    def _wait(self, futs: list[Future]) -> None:
+    def _wait(self, futs: list[Future], count: bool = True) -> None:
         t0 = time.perf_counter_ns()
         c = self.counters
         for f in futs:
             got, ns = f.result()
-            c.read_bytes += got
-            c.io_ns += ns
+            if count:
+                c.read_bytes += got
+                c.io_ns += ns
         c.stall_ns += time.perf_counter_ns() - t0
 
     def _on_topk(self, t: int) -> None:
@@ -354,6 +386,8 @@ class StreamHook:
         name = tt.name.decode()
         il = int(name[len(self.topk_prefix):])
         self._routed.add(il)
+        if self.taps:
+            self._tap_due = il
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
@@ -393,6 +427,28 @@ class StreamHook:
         ev = self._account(il, flat_ids, ids)
         if st is not None and st.pending is not None:
             st.pending.event = ev
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _run_taps(self, t: int) -> None:
+        """The layer's first expert-matmul ask: hand its MoE input (src[1]) to every tap."""
+        t0 = time.perf_counter_ns()
+        il, self._tap_due = self._tap_due, None
+        assert il is not None
+        src0 = _c_vp.from_address(t + OFF_SRC0).value
+        if not _string_at(src0 + OFF_NAME, 24).startswith(f"blk.{il}.".encode()):
+            raise HookError(f"the first expert matmul after '{self.layout.row.topk_node}-{il}' is "
+                            f"{_string_at(src0 + OFF_NAME).decode()!r}, not one of layer {il}")
+        x = tensor_at(_Srcs.from_address(t + OFF_SRC0)[1])
+        if int(x.type) != GGML_TYPE_F32 or int(x.ne[1]) != 1 or int(x.nb[0]) != 4:
+            self.tap_skipped.add(il)  # e.g. llama4 multiplies the router weights in first: not the MoE input
+            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            return
+        n_embd, n_tok, nb2 = int(x.ne[0]), int(x.ne[2]) * int(x.ne[3]), int(x.nb[2])
+        buf = (ctypes.c_float * ((n_tok - 1) * (nb2 // 4) + n_embd)).from_address(x.data)
+        hidden = np.lib.stride_tricks.as_strided(np.frombuffer(buf, dtype=np.float32), shape=(n_tok, n_embd),
+                                                 strides=(nb2, 4)).copy()
+        for tap in self.taps:
+            tap(il, self.phase, self.decode_index, hidden)
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
     @property
@@ -455,6 +511,10 @@ class StreamHook:
             self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
         else:
             self.pending.pop(il, None)
+        if self.prefetch is not None:
+            last = order if ids is None or len(ids) == 1 else list(dict.fromkeys(ids[-1].tolist()))
+            for addr, f in self.prefetch.on_routed(il, res.hits, last, self.phase == 1):
+                self.spec_wait.setdefault(addr, []).append(f)
         if self.record_routes and ids is not None:
             hits = set(res.hits)
             ev = RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order})
@@ -466,13 +526,17 @@ class StreamHook:
         t0 = time.perf_counter_ns()
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())
+        if self.prefetch is not None and self.prefetch.planned:  # after the batch's evictions: read what stays
+            self._drop(self.prefetch.admit(self.layer_bound, self.pending_drop))
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
     def _drop(self, evicted: list[tuple[int, int]]) -> None:
+        pf = self.prefetch
         for key in evicted:  # dropped off the compute thread; a later re-read of the key waits for it
+            after = pf.on_evicted(key) if pf is not None else None
             bounds = tuple(self.layer_bound.get(key[0], ()))
             if bounds:
-                f = self.dropper.submit(_drop_slices, key[1], bounds)
+                f = self.dropper.submit(_drop_slices, key[1], bounds, after)
                 self.pending_drop[key] = f
                 self._recent_drops.append(f)
 
@@ -484,6 +548,12 @@ class StreamHook:
     def take_counters(self) -> TokenCounters:
         if self._evict_due:  # settle the last batch's evictions (normally done at its first wait)
             self._evict_now()
+        if self.prefetch is not None:
+            p, c = self.prefetch.take(), self.counters
+            c.read_bytes += p.read_bytes
+            c.io_ns += p.io_ns
+            c.prefetch_bytes, c.prefetch_used_bytes, c.prefetch_wasted_bytes = (p.prefetch_bytes, p.used_bytes,
+                                                                                p.wasted_bytes)
         c, self.counters = self.counters, TokenCounters()
         drops, self._recent_drops = self._recent_drops, []
         for f in drops:  # an eviction that failed must not pass silently

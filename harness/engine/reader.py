@@ -4,6 +4,10 @@
 of a slice is read straight into the reservation (addresses are congruent to file offsets, see vm.py).
 Where the filesystem refuses O_DIRECT (tmpfs, some overlays) the reader says so once and reads buffered;
 the bytes that land are identical either way.
+
+The lanes have two priorities (harness.engine.lanes): demand reads (`submit`) always go first; speculative
+ones (`submit_speculative`, prefetch) run only on lanes with no demand work, at most `spec_max` at a time;
+`promote` moves a queued speculative read ahead when a demand read needs its bytes.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import ctypes
 import errno
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol
 
+from harness.engine.lanes import PriorityLanes
 from harness.engine.vm import PAGE
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -38,6 +43,12 @@ class ExpertReader(Protocol):
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future: ...
 
+    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int) -> Future: ...
+
+    def promote(self, fut: Future) -> None: ...
+
+    def withdraw(self, futs: list[Future]) -> bool: ...
+
     def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None: ...
 
     def close(self) -> None: ...
@@ -52,8 +63,13 @@ def read_error(e: OSError, path: Path, pos: int, length: int) -> OSError:
     return OSError(e.errno, f"{what} reading {length} bytes at offset {pos} of {path}: {hint}")
 
 
+def default_spec_max(lanes: int) -> int:
+    """Speculative reads in flight at most: every lane but one (one lane always free for demand), at least 1."""
+    return max(1, lanes - 1)
+
+
 class SliceReader:
-    def __init__(self, paths: list[Path], lanes: int, odirect: bool):
+    def __init__(self, paths: list[Path], lanes: int, odirect: bool, spec_max: int | None = None):
         self.lanes = lanes
         self.fd_buf: dict[Path, int] = {}
         self.fd_direct: dict[Path, int] = {}
@@ -72,7 +88,7 @@ class SliceReader:
                 os.close(fd)
             self.fd_direct.clear()
         self.sizes = {p: os.fstat(fd).st_size for p, fd in self.fd_buf.items()}
-        self.pool = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="bmoe-io")
+        self.pool = PriorityLanes(lanes, spec_max or default_spec_max(lanes), prefix="bmoe-io")
 
     @property
     def odirect(self) -> bool:
@@ -128,8 +144,18 @@ class SliceReader:
     def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
         return self.pool.submit(self._read, path, file_pos, length, addr)
 
+    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
+        return self.pool.submit(self._read, path, file_pos, length, addr, speculative=True)
+
+    def promote(self, fut: Future) -> None:
+        self.pool.promote(fut)
+
+    def withdraw(self, futs: list[Future]) -> bool:
+        """Cancel speculative reads not yet started, all or none (harness.engine.lanes)."""
+        return self.pool.withdraw(futs)
+
     def close(self) -> None:
-        self.pool.shutdown(wait=True)
+        self.pool.close()
         for fd in list(self.fd_buf.values()) + list(self.fd_direct.values()):
             os.close(fd)
         self.fd_buf.clear()

@@ -308,6 +308,8 @@ class Session:
             r.read_bytes = c.read_bytes
             r.cache_hit_pct = cache.stats.hit_pct if cache.enabled else UNMEASURED
             r.cache_budget_mib = cache.budget / MIB
+            r.prefetch_bytes, r.prefetch_used_bytes = c.prefetch_bytes, c.prefetch_used_bytes
+            r.prefetch_wasted_bytes = c.prefetch_wasted_bytes
         if self.dense is not None:
             r.dense_resident_frac = self.dense.resident_frac(step)
         ps, mi = sysstats.proc_status(), sysstats.meminfo()

@@ -57,6 +57,9 @@ class TokenRow:
     loop_overhead_ms: float = UNMEASURED
     token_id: int = UNMEASURED
     mem_stall_ms: float = UNMEASURED  # memory-pressure stall (PSI `some`) during the token; source in preamble
+    prefetch_bytes: int = UNMEASURED  # speculative reads completed (--prefetch, --predict-prefetch); logical bytes
+    prefetch_used_bytes: int = UNMEASURED  # prefetched experts a demand lookup used (each once)
+    prefetch_wasted_bytes: int = UNMEASURED  # prefetched experts evicted before any use
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]
