@@ -81,7 +81,7 @@ class FaultyReader:
     def odirect_refused(self) -> str | None:
         return self.inner.odirect_refused
 
-    def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
+    def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
         if (path, file_pos) not in self._slices:  # a dense tensor's read (--dense-weights anon)
             if self._dense.get((path, file_pos)) != self.faults.zero_dense:
                 return self.inner.submit(path, file_pos, length, addr)
@@ -97,7 +97,7 @@ class FaultyReader:
             raise InjectedFault(f"test fault injected at layer {et.layer} (BMOE_TEST_FAIL_AT_LAYER)")
         we = self.faults.wrong_expert
         if we is None or (we[0], we[1]) != (et.layer, e):
-            return self.inner.submit(path, file_pos, length, addr)
+            return self.inner.submit(path, file_pos, length, addr, tag)
         # buffered and synchronous: an O_DIRECT read of another slice would land at another page offset
         with open(path, "rb") as f:
             f.seek(et.abs_offset + we[2] * et.nb2)
