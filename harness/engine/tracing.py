@@ -29,11 +29,13 @@ _now = time.perf_counter_ns
 # ReadRow's column order (harness.formats.traces), turn filled when taken
 _LANE, _BYTES, _STARTED, _FINISHED, _OUTCOME = 8, 11, 13, 14, 15
 
-# measured on the 2-core development machine (tests/test_traces.py prints them): what each recorded event costs
-PERTURBS_IO = ("yes, slightly: each traced read costs about 2 us of Python (record on the compute thread, "
-               "read_done on its lane); the reads themselves are unchanged")
-PERTURBS_COMPUTE = ("yes, slightly: each Python callback is timed at entry and exit (about 1 us per callback; "
-                    "with the C front a few callbacks per layer, with the Python front one per graph node)")
+# measured by microbenchmark on the 2-core development machine (2026-12-01): what each recorded event costs
+PERTURBS_IO = ("yes, slightly: each traced read costs ~1.1 us of Python on the compute thread when issued and "
+               "~0.6 us on its lane when done; rows are written between tokens (~0.5 us each, outside the decode "
+               "call); the reads themselves are unchanged")
+PERTURBS_COMPUTE = ("yes, slightly: every Python callback is timed at entry and exit (~0.6 us each; with the C "
+                    "front a few callbacks per layer, with the Python front or during the dense-weights scan of "
+                    "the first graphs one per graph node); intervals are written between tokens")
 
 
 class IoTrace:
