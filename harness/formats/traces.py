@@ -23,8 +23,12 @@ matmul asks), one row per interval:
 
     turn,phase,step,layer,state,start_ns,end_ns
 
-`state` is `compute` (ggml between two callbacks), `wait` (the engine blocked on expert reads) or `hook` (the
-engine's own Python in a callback, waits excluded). `layer` is the span the interval falls in: layer l's span
+`state` is `compute` (everything outside the engine's Python between two callbacks: ggml's kernels, the
+scheduler's walk over the graph, the ctypes crossing), `wait` (the engine blocked on expert reads) or `hook`
+(the engine's own Python in a callback, waits excluded). The scheduler asks about nodes while it gathers a
+group and computes the group after the ask that isolates a node, so kernels run only inside `compute`
+intervals, and a short one may be the walk alone; forwarding every ask to Python would add callbacks (and
+their cost) without cutting the kernels any finer. `layer` is the span the interval falls in: layer l's span
 runs from its routing node to the next one, so it holds layer l's expert matmuls and layer l+1's attention and
 router (the last span: the last layer's experts and the output head); layer -1 is from the decode call to the
 first routing node (embeddings, the first attention, llama.cpp's own per-call work). The intervals of one
