@@ -18,6 +18,7 @@ COMMAND_MODULES: list[str] = [
     "campaign",
     "replay",
     "quality",
+    "timeline",
 ]
 
 app = typer.Typer(

@@ -28,6 +28,7 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.questions import quality_record, take_replies, write_prompts_file
 from harness.campaigns.schema import Campaign
+from harness.campaigns.traces import take_traces, trace_outputs
 from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
@@ -83,6 +84,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"overrides": list(c.overrides)} if c.overrides else {}),  # absent without any: old hashes hold
         **({"quality": quality_record(c.quality)} if c.quality else {}),  # questions and grader, before any reply
         **({"engines": {k: _every_field(e) for k, e in c.engines.items()}} if c.engines else {}),
+        **({"traces": True} if c.traces else {}),  # absent without: old hashes hold
     )
 
 
@@ -385,10 +387,12 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
         quality = {"prompts": target.stage(folder / PROMPTS_FILE, "prompts"),
                    "replies": f"{target.run_dir().rstrip('/')}/{r.run_id}.replies.jsonl"}
         outputs.append(quality["replies"])
+    traces = trace_outputs(target.run_dir(), r.run_id) if c.traces else {}
+    outputs += traces.values()
     # a quality run's tokens are in its CSV and its replies: no progress line per token in engine.log (a
     # hundred questions of hundreds of tokens would make it the folder's biggest file); its log has the text
     argv = res.argv0(cell.engine) + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv,
-                                               progress=c.quality is None, **quality)
+                                               progress=c.quality is None, **quality, **traces)
 
     def on_line(line: str) -> None:
         d = parse_progress(line)
@@ -426,6 +430,8 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
     if quality:
         reason = take_replies(done.fetched.get(quality["replies"]), tmp, len(c.quality.ids or [])
                               or int(c.quality.n or 0), reason)
+    if reason is None:
+        reason = take_traces(done.fetched, traces, tmp)
     write_states(tmp / STATE_FILE, sampler.samples)
 
     outcome = Outcome(

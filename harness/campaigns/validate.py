@@ -22,7 +22,8 @@ class Plan:
 
 
 def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool,
-                     prompts: str = "prompts.jsonl", replies: str = "replies.jsonl") -> list[str]:
+                     prompts: str = "prompts.jsonl", replies: str = "replies.jsonl",
+                     io_trace: str = "io_trace.csv", compute_trace: str = "compute_trace.csv") -> list[str]:
     """Everything after the engine executable: harness-owned flags, then the cell's flags (on an engines
     axis: with that engine's own flags added and its spellings applied; a quality campaign's questions and
     replies files: `prompts`, `replies`)."""
@@ -35,6 +36,8 @@ def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, pr
         argv.append(str(a["progress"]))
     if c.quality is not None:
         argv += ["--prompts-file", prompts, "--replies", replies]
+    if c.traces:
+        argv += ["--io-trace", io_trace, "--compute-trace", compute_trace]
     return argv + flags_argv(spelled({**cell.flags, **getattr(e, "flags", {})}, getattr(e, "spell", {})))
 
 

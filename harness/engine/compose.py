@@ -26,7 +26,8 @@ from harness.engine.hook import StreamHook
 from harness.engine.pressure import Pressure
 from harness.engine.reader import ExpertReader, SliceReader
 from harness.engine.session import RunResult, Session
-from harness.engine.sinks import CsvSink, RouteTraceSink, Sink, TextSink
+from harness.engine.sinks import CsvSink, RouteTraceSink, Sink, TextSink, TraceSink
+from harness.engine.tracing import Tracing
 from harness.errors import UserError
 from harness.formats.metrics_csv import MetricsWriter, Summary
 from harness.formats.replies import PromptItem, RepliesWriter, Reply
@@ -281,12 +282,44 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
             drop_replay = DropReplay(cfg.drop_replay, layout.n_layer, layout.n_expert, k)
     if not cfg.moe_stream and replay is None and anon is None and drop_replay is None:
         return None
+    tracing = None
+    if cfg.io_trace or cfg.compute_trace:
+        tracing = Tracing(io=bool(cfg.io_trace), compute=bool(cfg.compute_trace))
+        if isinstance(reader := getattr(parts.reader, "inner", parts.reader), SliceReader):
+            reader.recorder = tracing.io
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
-                            drop=drop, drop_replay=drop_replay, prefetch=prefetch)
-    if prefetch is not None and prefetch.router is not None:
-        parts.hook.taps.append(prefetch.tap)
+                            drop=drop, drop_replay=drop_replay, prefetch=prefetch, tracing=tracing)
+    if prefetch is not None:
+        prefetch.trace = tracing.io if tracing is not None else None
+        if prefetch.router is not None:
+            parts.hook.taps.append(prefetch.tap)
     return parts.hook
+
+
+def _trace_sink(eng: Engine, tracing: Tracing) -> TraceSink:
+    from harness.engine.tracing import PERTURBS_COMPUTE, PERTURBS_IO
+    from harness.formats.traces import COMPUTE_FORMAT, IO_FORMAT, TraceWriter
+
+    cfg, p = eng.cfg, eng.parts
+    common = {"engine_version": __version__, "model_file": os.path.abspath(cfg.model), "arch": eng.layout.arch,
+              "n_layer": eng.layout.n_layer, "n_expert": eng.layout.n_expert, "n_expert_used": eng.k}
+    io = compute = None
+    try:
+        if cfg.io_trace:
+            io = TraceWriter(cfg.io_trace, IO_FORMAT, {
+                **common, "io_threads": cfg.io_threads, "odirect_effective": int(bool(p.reader and p.reader.odirect)),
+                "perturbs": PERTURBS_IO})
+        if cfg.compute_trace:
+            compute = TraceWriter(cfg.compute_trace, COMPUTE_FORMAT, {
+                **common, "threads": cfg.threads, "hook_front": p.hook.front if p.hook else "",
+                "perturbs": PERTURBS_COMPUTE})
+    except BaseException:
+        for w in (io, compute):
+            if w is not None:
+                w.close()
+        raise
+    return TraceSink(tracing, io, compute)
 
 
 def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
@@ -329,6 +362,8 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
             eng.sinks.append(RouteTraceSink(
                 RouteTraceWriter(cfg.route_trace, cfg.model, layout.arch, layout.n_layer, layout.n_expert, k,
                                  layout.expert_bytes_per_layer(), layout.dense_bytes_by_layer), parts.hook))
+        if parts.hook and parts.hook.tracing:
+            eng.sinks.append(_trace_sink(eng, parts.hook.tracing))
         eng.sinks.append(TextSink(out, cfg.progress))
     except BaseException:
         eng.close()

@@ -153,6 +153,14 @@ class EngineConfig:
                          "reused prefix can change a near-tie)")
     route_trace: str | None = opt(None, "--route-trace", metavar="PATH", stream_only=True,
                                   help="write the route_trace v1 file of every routing decision here")
+    io_trace: str | None = opt(None, "--io-trace", metavar="PATH", stream_only=True,
+                               help="write the io_trace v1 file here: one row per expert-slice read (token, layer, "
+                               "expert, lane, file offset, bytes, issued/started/finished ns, demand or speculative, "
+                               "used or wasted); tracing perturbs the run slightly")
+    compute_trace: str | None = opt(None, "--compute-trace", metavar="PATH", stream_only=True,
+                                    help="write the compute_trace v1 file here: the compute thread's time per token "
+                                    "and layer span (compute, wait on reads, hook), on the io_trace's clock; "
+                                    "tracing perturbs the run slightly")
     route_replay: str | None = opt(None, "--route-replay", metavar="TRACE",
                                    help="drive routing with a recorded route_trace v1 (benchmarks: a real access "
                                    "pattern on a synthetic model of the same shape; the output text is then "
@@ -310,9 +318,17 @@ def _prompts_file_rules(cfg: EngineConfig) -> str | None:
         return None
     if cfg.temp > 0:
         return "bmoe: --prompts-file runs are greedy (every prompt answered as a fresh greedy run): drop --temp"
-    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay")):
+    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
+                       ("io_trace", "--io-trace"), ("compute_trace", "--compute-trace")):
         if getattr(cfg, name) is not None:
             return f"bmoe: {flag} records or replays one generation; it cannot be combined with --prompts-file"
+    return None
+
+
+def _traces_one_generation(cfg: EngineConfig) -> str | None:
+    for name, flag in (("io_trace", "--io-trace"), ("compute_trace", "--compute-trace")):
+        if getattr(cfg, name) is not None and cfg.session:
+            return f"bmoe: {flag} records one generation; it cannot be combined with --session"
     return None
 
 
@@ -348,7 +364,7 @@ def lossy_settings(cfg: EngineConfig) -> list[str]:
 
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
                                                              _no_think_needs_chatml, _prompts_file_rules,
-                                                             _drop_rules, _prefetch_rules)
+                                                             _drop_rules, _prefetch_rules, _traces_one_generation)
 
 
 def validate(cfg: EngineConfig) -> None:

@@ -82,12 +82,13 @@ class FaultyReader:
     def odirect_refused(self) -> str | None:
         return self.inner.odirect_refused
 
-    def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
-        return self._submit(path, file_pos, length, addr, self.inner.submit)
+    def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
+        return self._submit(path, file_pos, length, addr, tag, self.inner.submit)
 
-    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
+    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
+                           tag: int | None = None) -> Future:
         """A prefetch read gets the same faults as a demand one (the gates must see a wrong expert either way)."""
-        return self._submit(path, file_pos, length, addr, self.inner.submit_speculative)
+        return self._submit(path, file_pos, length, addr, tag, self.inner.submit_speculative)
 
     def promote(self, fut: Future) -> None:
         self.inner.promote(fut)
@@ -95,11 +96,11 @@ class FaultyReader:
     def withdraw(self, futs: list[Future]) -> bool:
         return self.inner.withdraw(futs)
 
-    def _submit(self, path: Path, file_pos: int, length: int, addr: int,
-                read: Callable[[Path, int, int, int], Future]) -> Future:
+    def _submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None,
+                read: Callable[..., Future]) -> Future:
         if (path, file_pos) not in self._slices:  # a dense tensor's read (--dense-weights anon)
             if self._dense.get((path, file_pos)) != self.faults.zero_dense:
-                return read(path, file_pos, length, addr)
+                return read(path, file_pos, length, addr, tag)
             ctypes.memset(addr, 0, length)
             zeroed: Future = Future()
             zeroed.set_result((length, 0))
@@ -112,7 +113,7 @@ class FaultyReader:
             raise InjectedFault(f"test fault injected at layer {et.layer} (BMOE_TEST_FAIL_AT_LAYER)")
         we = self.faults.wrong_expert
         if we is None or (we[0], we[1]) != (et.layer, e):
-            return read(path, file_pos, length, addr)
+            return read(path, file_pos, length, addr, tag)
         # buffered and synchronous: an O_DIRECT read of another slice would land at another page offset
         with open(path, "rb") as f:
             f.seek(et.abs_offset + we[2] * et.nb2)

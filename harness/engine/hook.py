@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from harness.engine.drop import DropReplay, DropRule
     from harness.engine.prefetch import Prefetcher
     from harness.engine.route_replay import RouteReplay
+    from harness.engine.tracing import Tracing
 
 _c_int = ctypes.c_int
 _c_vp = ctypes.c_void_p
@@ -180,8 +181,11 @@ class StreamHook:
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
                  drop: DropRule | None = None, drop_replay: DropReplay | None = None,
-                 prefetch: Prefetcher | None = None):
+                 prefetch: Prefetcher | None = None, tracing: Tracing | None = None):
         self.layout = layout
+        self.tracing = tracing  # --io-trace / --compute-trace (harness.engine.tracing); None: no cost
+        self._iotrace = tracing.io if tracing is not None else None
+        self._ctrace = tracing.compute if tracing is not None else None
         self.cache = cache
         self.reader = reader
         self.topk_prefix = (layout.row.topk_node + "-").encode()
@@ -224,7 +228,8 @@ class StreamHook:
         self.tap_skipped: set[int] = set()  # layers whose matmul input is not the plain MoE input (llama4)
         from llama_cpp import llama_cpp as L
 
-        self.py_cfunc = L.ggml_backend_sched_eval_callback(self._callback)
+        cb = self._callback if self._ctrace is None else self._ctrace.wrap(self._callback)
+        self.py_cfunc = L.ggml_backend_sched_eval_callback(cb)
         self.cfunc = self.py_cfunc
         self.user_data: int | None = None
         self.front = "python"
@@ -368,7 +373,10 @@ class StreamHook:
     def _submit(self, b: Bound, e: int) -> Future:
         et = b.et
         pos = et.abs_offset + e * et.nb2
-        return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
+        if self._iotrace is None:
+            return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
+        rid = self._iotrace.record(et.layer, e, et.kind, pos, et.nb2)
+        return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos), rid)
 
     def _wait(self, futs: list[Future], count: bool = True) -> None:
         t0 = time.perf_counter_ns()
@@ -378,7 +386,10 @@ class StreamHook:
             if count:
                 c.read_bytes += got
                 c.io_ns += ns
-        c.stall_ns += time.perf_counter_ns() - t0
+        t1 = time.perf_counter_ns()
+        c.stall_ns += t1 - t0
+        if self._ctrace is not None:
+            self._ctrace.wait(t0, t1)
 
     def _on_topk(self, t: int) -> None:
         t0 = time.perf_counter_ns()
@@ -388,6 +399,8 @@ class StreamHook:
         self._routed.add(il)
         if self.taps:
             self._tap_due = il
+        if self._ctrace is not None:
+            self._ctrace.layer = il
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])

@@ -43,6 +43,7 @@ from harness.engine.vm import Reservation
 
 if TYPE_CHECKING:
     from harness.engine.early_router import EarlyRouter
+    from harness.engine.tracing import IoTrace
 
 
 class Bound(Protocol):
@@ -59,6 +60,7 @@ MIB = 1048576
 class _Entry:
     reads: list[tuple[int, Future]]  # (tensor address, its read)
     nbytes: int
+    rids: list[int] = field(default_factory=list)  # its reads' --io-trace rows
 
 
 @dataclass
@@ -95,6 +97,7 @@ class Prefetcher:
     _gen: PrefetchCounts = field(default_factory=PrefetchCounts)  # since the last summary()
     _named: dict[int, list[int]] = field(default_factory=dict)  # layer -> the early router's names this token
     _agree: list[int] = field(default_factory=lambda: [0, 0])  # named experts the layer then used, named
+    trace: IoTrace | None = None  # --io-trace: speculative rows, settled used / wasted (withdrawn: removed)
 
     def __post_init__(self) -> None:
         self._pos = {m: i for i, m in enumerate(self.moe_layers)}
@@ -111,6 +114,7 @@ class Prefetcher:
                 if ent is None:
                     continue
                 self._tok.used_bytes += ent.nbytes
+                self._settle(ent, "used")
                 for addr, f in ent.reads:  # a done one too: a failed read must raise before the compute
                     if not f.done():
                         self.reader.promote(f)
@@ -121,6 +125,7 @@ class Prefetcher:
                 del entries[key]
                 self.cache.forget(key)
                 self._tok.cancelled += 1
+                self._settle(ent, None)
         named = self._named.pop(layer, None)
         if named is not None and decode:
             used = set(experts)
@@ -179,14 +184,18 @@ class Prefetcher:
             evicted += ev
             if not ok:
                 continue
-            reads = []
+            reads, rids = [], []
             for b in bounds:
                 et = b.et
                 pos = et.abs_offset + key[1] * et.nb2
-                f = self.reader.submit_speculative(et.path, pos, et.nb2, b.res.addr_of(pos))
+                rid = None if self.trace is None else \
+                    self.trace.record(key[0], key[1], et.kind, pos, et.nb2, kind="speculative")
+                f = self.reader.submit_speculative(et.path, pos, et.nb2, b.res.addr_of(pos), rid)
                 reads.append((b.addr, f))
                 self._reads.append((f, et.nb2))
-            entries[key] = _Entry(reads, cache.expert_bytes[key[0]])
+                if rid is not None:
+                    rids.append(rid)
+            entries[key] = _Entry(reads, cache.expert_bytes[key[0]], rids)
             self._fresh.setdefault(key[0], []).append(key)
         return evicted
 
@@ -198,13 +207,24 @@ class Prefetcher:
             return []
         if self.reader.withdraw([f for _, f in ent.reads]):
             self._tok.cancelled += 1
+            self._settle(ent, None)
             return []
         self._tok.wasted_bytes += ent.nbytes
+        self._settle(ent, "wasted")
         running = []
         for _, f in ent.reads:
             if not f.cancel() and not f.done():
                 running.append(f)
         return running
+
+    def _settle(self, ent: _Entry, what: str | None) -> None:
+        """Its --io-trace rows: used, wasted, or (None) removed: withdrawn reads never ran."""
+        if self.trace is not None:
+            for rid in ent.rids:
+                if what is None:
+                    self.trace.forget(rid)
+                else:
+                    self.trace.outcome(rid, what)
 
     # -- counts --------------------------------------------------------------------------------------------
     def take(self) -> PrefetchCounts:

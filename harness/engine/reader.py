@@ -41,9 +41,10 @@ class ExpertReader(Protocol):
     @property
     def odirect_refused(self) -> str | None: ...
 
-    def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future: ...
+    def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future: ...
 
-    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int) -> Future: ...
+    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
+                           tag: int | None = None) -> Future: ...
 
     def promote(self, fut: Future) -> None: ...
 
@@ -52,6 +53,12 @@ class ExpertReader(Protocol):
     def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+class ReadRecorder(Protocol):
+    """What a reader tells about a tagged read (harness.engine.tracing.IoTrace)."""
+
+    def read_done(self, rid: int, started_ns: int, finished_ns: int, nbytes: int) -> None: ...
 
 
 def read_error(e: OSError, path: Path, pos: int, length: int) -> OSError:
@@ -89,6 +96,7 @@ class SliceReader:
             self.fd_direct.clear()
         self.sizes = {p: os.fstat(fd).st_size for p, fd in self.fd_buf.items()}
         self.pool = PriorityLanes(lanes, spec_max or default_spec_max(lanes), prefix="bmoe-io")
+        self.recorder: ReadRecorder | None = None  # --io-trace: told each tagged read's times on its lane
 
     @property
     def odirect(self) -> bool:
@@ -141,11 +149,25 @@ class SliceReader:
         except OSError:
             pass  # advisory only
 
-    def submit(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
-        return self.pool.submit(self._read, path, file_pos, length, addr)
+    def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
+        """`tag`: the recorder's id for this read (--io-trace), or None."""
+        if tag is None or self.recorder is None:
+            return self.pool.submit(self._read, path, file_pos, length, addr)
+        return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr)
 
-    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int) -> Future:
-        return self.pool.submit(self._read, path, file_pos, length, addr, speculative=True)
+    def _traced_read(self, tag: int, path: Path, file_pos: int, length: int, addr: int) -> tuple[int, int]:
+        t0 = time.perf_counter_ns()
+        got, ns = self._read(path, file_pos, length, addr)
+        assert self.recorder is not None
+        self.recorder.read_done(tag, t0, time.perf_counter_ns(), got)
+        return got, ns
+
+    def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
+                           tag: int | None = None) -> Future:
+        """A read ahead (harness.engine.lanes: only on a lane no demand read wants); `tag` as for submit."""
+        if tag is None or self.recorder is None:
+            return self.pool.submit(self._read, path, file_pos, length, addr, speculative=True)
+        return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr, speculative=True)
 
     def promote(self, fut: Future) -> None:
         self.pool.promote(fut)

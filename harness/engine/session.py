@@ -201,7 +201,12 @@ class Session:
     def _decode(self, toks: list[int]) -> None:
         L = self.L
         arr = (L.llama_token * len(toks))(*toks)
+        tr = self.hook.tracing if self.hook is not None else None
+        if tr is not None:
+            tr.decode_begin()
         rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(toks)))
+        if tr is not None:
+            tr.decode_end()
         if self.hook is not None:
             self.hook.raise_if_failed()
         if rc != 0:

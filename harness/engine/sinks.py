@@ -12,7 +12,9 @@ from harness.formats.progress import progress_line
 
 if TYPE_CHECKING:
     from harness.engine.hook import StreamHook
+    from harness.engine.tracing import Tracing
     from harness.formats.route_trace import RouteTraceWriter
+    from harness.formats.traces import TraceWriter
 
 
 class Sink(Protocol):
@@ -62,6 +64,32 @@ class RouteTraceSink:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class TraceSink:
+    """The `io_trace` and `compute_trace` files (either may be None): after each token, what the recorders
+    hold for it (the first token's come after the prompt's); at the end, every read still unsettled."""
+
+    def __init__(self, tracing: Tracing, io: TraceWriter | None, compute: TraceWriter | None):
+        self.tracing, self.io, self.compute = tracing, io, compute
+
+    def _flush(self, turn: int, final: bool) -> None:
+        t = self.tracing
+        if self.io is not None and t.io is not None:
+            self.io.rows(t.io.take(turn, final))
+        if self.compute is not None and t.compute is not None:
+            self.compute.rows(t.compute.take(turn))
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self._flush(row.turn, False)
+
+    def finish(self, summary: Summary) -> None:
+        self._flush(0, True)
+
+    def close(self) -> None:
+        for w in (self.io, self.compute):
+            if w is not None:
+                w.close()
 
 
 class TextSink:

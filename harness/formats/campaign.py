@@ -35,7 +35,7 @@ DEFAULT_IO_ARGS: dict[str, str | None] = {"model": "-m", "prompt": "-p", "tokens
 # every spelling of a flag the harness sets itself (for the `bmoe` engine), so campaigns cannot set them
 BMOE_MANAGED = {"-m": "model", "--model": "model", "-p": "prompt", "--prompt": "prompt", "-n": "tokens",
                 "--n-predict": "tokens", "--csv": "csv", "--progress": "progress", "--prompts-file": "quality",
-                "--replies": "quality"}
+                "--replies": "quality", "--io-trace": "traces", "--compute-trace": "traces"}
 DEFAULT_PROMPT = "Explain how a mixture-of-experts model decides which experts handle each token."
 
 
@@ -232,13 +232,17 @@ class CampaignFile(_Model):
     seed: int = Field(0, ge=0, description="seed for random order and the bootstrap")
     cooldown: Cooldown = Field(default_factory=Cooldown, description="the gate before each run")
     timeout_s: float = Field(1800.0, ge=1, description="longest a single run may take")
+    traces: bool = Field(False, description=(
+        "true: every run writes its --io-trace and --compute-trace into its folder (io_trace.csv, "
+        "compute_trace.csv; engine bmoe, cells with --moe-stream); the report draws one token's timeline. "
+        "Tracing perturbs the timings a little"))
     quality: QualitySpec | None = Field(None, description=(
         "ask questions and grade the replies: {suite: gsm8k, n: 100, template: '...{question}...'}; tokens is "
         "then the longest reply"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
-        out = self._part_problems() + self._axis_problems() + self._quality_problems()
+        out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))
@@ -302,6 +306,12 @@ class CampaignFile(_Model):
                 out.append((("model",), "a model recipe generates a local file: use target local, or give the "
                                         "model's path on the device"))
         return out
+
+    def _traces_problems(self) -> list[tuple[Loc, str]]:
+        kinds = {e.kind for e in self.engines.values()} if self.engines else {self.engine.kind}
+        if self.traces and kinds != {"bmoe"}:
+            return [(("traces",), "traces: only engine bmoe writes --io-trace and --compute-trace")]
+        return []
 
     def _quality_problems(self) -> list[tuple[Loc, str]]:
         q = self.quality

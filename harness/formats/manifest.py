@@ -87,6 +87,7 @@ class PlanRecord(Record):
     overrides: list[str] = []  # `--set KEY=VALUE` arguments applied to the file, as given (set only when any)
     quality: QualityRecord | None = None  # quality campaigns only (absent otherwise: older plans hash the same)
     engines: dict[str, EngineEntry] | None = None  # the engines axis, reference first (set only when given)
+    traces: bool = False  # every run wrote io_trace.csv and compute_trace.csv (set only when true)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------

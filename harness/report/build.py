@@ -22,6 +22,7 @@ from harness.report.peers import check_engines
 from harness.report.plots import all_plots
 from harness.report.quality import grade_folder, quality_section
 from harness.report.results import compute_results, results_frame
+from harness.report.traced import TIMELINE, shown
 
 CHECKED = ("findings.md", "results.csv")  # and grades.json in a quality campaign
 PLOTS = ("tok_s.png", "split.png", "tokens.png")  # what all_plots gives: checked present and whole
@@ -33,6 +34,7 @@ _PNG_TAIL = b"IEND\xaeB`\x82"
 class Report:
     texts: dict[str, str]  # file name -> content
     plots: dict[str, bytes]  # plots/<name> -> PNG
+    plot_names: tuple[str, ...] = PLOTS  # the plots the folder must have (a traced campaign: the timeline too)
 
 
 def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
@@ -50,7 +52,8 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     texts = {"findings.md": findings, "results.csv": csv}
     if grades is not None:
         texts[GRADES_FILE] = grades_text(grades)
-    return Report(texts=texts, plots=plots)
+    names = (*PLOTS, *([TIMELINE] if shown(data) is not None else []))
+    return Report(texts=texts, plots=plots, plot_names=names)
 
 
 def write_report(folder: Path | str) -> Report:
@@ -74,7 +77,7 @@ def check_report(folder: Path | str) -> list[str]:
         p = folder / name
         if not p.is_file() or p.read_text(encoding="utf-8") != rep.texts[name]:
             bad.append(name)
-    for name in PLOTS:
+    for name in rep.plot_names:
         if not _whole_png(folder / "plots" / name):
             bad.append(f"plots/{name}")
     bad += stray_temp_files(folder)

@@ -19,6 +19,7 @@ from harness.formats.manifest import (
     run_dir,
 )
 from harness.formats.metrics_csv import Metrics, read_metrics
+from harness.formats.traces import COMPUTE_FILE, IO_FILE, TraceFile, read_compute_trace, read_io_trace
 
 
 @dataclass
@@ -27,6 +28,8 @@ class RunData:
     metrics: Metrics | None  # None for a failed run without a CSV
     states: list[DeviceSample] = field(default_factory=list)
     problem: str | None = None  # why a run the manifest calls ok cannot be used
+    io_trace: TraceFile | None = None  # io_trace.csv, in a campaign with traces
+    compute_trace: TraceFile | None = None  # compute_trace.csv, likewise
 
     @property
     def run_id(self) -> str:
@@ -85,7 +88,16 @@ def load_campaign_data(folder: Path | str) -> CampaignData:
             states = read_states(d / STATE_FILE)
         except UserError as e:
             states, problem = [], problem or str(e)
+        traces: dict[str, TraceFile | None] = {}
+        for key, name, read in (("io_trace", IO_FILE, read_io_trace), ("compute_trace", COMPUTE_FILE,
+                                                                        read_compute_trace)):
+            traces[key] = None
+            if (d / name).is_file():
+                try:
+                    traces[key] = read(d / name)
+                except UserError as e:
+                    problem = problem or str(e)
         if problem is not None:  # the same text whatever path the folder was named by
             problem = problem.replace(f"{folder}/", "")
-        runs.append(RunData(rec, metrics, states, problem))
+        runs.append(RunData(rec, metrics, states, problem, **traces))
     return CampaignData(folder=folder, manifest=m, runs=runs)

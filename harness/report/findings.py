@@ -9,6 +9,7 @@ import math
 from harness.report.collect import CampaignData
 from harness.report.peers import engines_section
 from harness.report.results import Results
+from harness.report.traced import traced_section
 
 AUTHOR_BEGIN = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->"
 AUTHOR_END = "<!-- author-notes: end -->"
@@ -295,6 +296,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
     L += engines_section(data)
+    L += traced_section(data)
     L += ["## Run order and entry state", "",
           f"{len(data.runs)} runs, {n_fail} failed. Entry state is the device sample that passed the cooldown "
           f"gate just before the run; samples about once a second during each run are in runs/<id>/state.jsonl.",

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.report.collect import CampaignData  # noqa: E402
 from harness.report.results import Results  # noqa: E402
+from harness.report.traced import timeline_plot  # noqa: E402
 
 
 def _png(fig) -> bytes:
@@ -88,4 +89,5 @@ def tokens_plot(data: CampaignData, res: Results) -> bytes:
 
 
 def all_plots(data: CampaignData, res: Results) -> dict[str, bytes]:
-    return {"tok_s.png": tok_s_plot(res), "split.png": split_plot(res), "tokens.png": tokens_plot(data, res)}
+    return {"tok_s.png": tok_s_plot(res), "split.png": split_plot(res), "tokens.png": tokens_plot(data, res),
+            **timeline_plot(data)}

@@ -94,7 +94,7 @@ def _io_wait(runs: list[RunData], warmup: int) -> list[np.ndarray]:
 # per-run paths and texts, never a cell's configuration (cfg.csv is a temporary path on the target)
 _PER_RUN_KEYS = ("csv", "route_trace", "model", "prompt",
                  # a run's own files: they differ by run id, even between cells of a single repeat
-                 "cfg.csv", "cfg.replies", "cfg.prompts_file")
+                 "cfg.csv", "cfg.replies", "cfg.prompts_file", "cfg.io_trace", "cfg.compute_trace")
 
 
 def _configs(data: CampaignData) -> tuple[dict[int, dict[str, str]], list[str], dict[str, str]]:
