@@ -313,3 +313,21 @@ def test_a_traced_campaign_commits_reports_and_checks_its_traces(tmp_path) -> No
     with open(run / "io_trace.csv", "a") as f:
         f.write("\n")
     assert "runs/r01-c01/io_trace.csv" in check_report(folder)
+
+
+@pytest.mark.engine
+def test_prefetch_reads_are_traced_as_speculative_and_settled(model, tmp_path) -> None:
+    """With --prefetch and --predict-prefetch on an evicting cache, speculative reads get rows of their own
+    (kind speculative, on the lanes, times filled) settled used or wasted; output unchanged by the trace."""
+    flags = (*CELLS["cache"], "--prefetch", "1", "--predict-prefetch")
+    base = bmoe(model, *flags, n=N, tmp=tmp_path)
+    assert base.rc == 0, base.stderr
+    io_p = tmp_path / "p.io.csv"
+    tr = bmoe(model, *flags, "--io-trace", str(io_p), n=N, tmp=tmp_path)
+    assert tr.rc == 0, tr.stderr
+    assert tr.stdout == base.stdout and tr.tokens == base.tokens
+    csv = read_metrics(sorted(tmp_path.glob("run-*.csv"))[-1])
+    spec = [r for r in read_io_trace(io_p).rows if r.kind == "speculative"]
+    assert spec and all(r.finished_ns >= r.started_ns >= r.issued_ns > 0 and r.lane < LANES for r in spec)
+    assert {r.outcome for r in spec} <= {"used", "wasted", "unknown"} and "used" in {r.outcome for r in spec}
+    assert sum(r.length for r in spec) == sum(int(b) for b in csv.col("prefetch_bytes"))
