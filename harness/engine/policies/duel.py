@@ -96,8 +96,8 @@ class MarkovDuel(Policy):
         self._pred[layer] = cands
         score = self._adjust(layer, cands[int(np.argmax(self._duel))])
         self._score[layer] = score
-        for e in self._res[layer]:
-            self._heaps.push((layer, e), float(score[e]))
+        es = list(self._res[layer])
+        self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
 
     def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
         """q(b) for `layer` after its batch (occ: uses so far, tok: tokens so far, k: the batch's
