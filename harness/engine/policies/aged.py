@@ -160,7 +160,7 @@ class AgedMarkov(Aged):
 
     def on_insert(self, key: Key, now: int) -> None:
         self._res[key[0]].add(key)
-        self.on_hit(key, now)
+        self.on_hit(key, now)  # the model sees it once, there
 
     def on_promote(self, key: Key, now: int) -> None:
         self._model.promote(key)

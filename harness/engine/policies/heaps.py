@@ -78,7 +78,18 @@ class LayerHeaps:
         self._tie = 0
         self._s: list[float] = [-math.inf] * n_layer  # each layer's victim number (-inf: no entry)
         self._s_for: tuple[int, float, list[float]] | None = None  # the (cur, phase, base) _s is for
+        self._ph: dict[int, list[float]] = {}
+        self._ph_phase = math.nan
         self._cur_top: tuple[int, set[Key], tuple[float, Key] | None] | None = None  # cur's protected peek
+
+    def _phase_term(self, cur: int, phase: float, n: int) -> list[float]:
+        """phase x (layer steps from `cur` until each layer runs again) / n, per layer (kept per cur)."""
+        if self._ph_phase != phase:
+            self._ph, self._ph_phase = {}, phase
+        ph = self._ph.get(cur)
+        if ph is None:
+            ph = self._ph[cur] = [phase * ((layer - cur) % n or n) / n for layer in range(n)]
+        return ph
 
     def push(self, key: Key, score: float) -> None:
         """Set (or replace) a resident entry's score."""
@@ -116,12 +127,16 @@ class LayerHeaps:
             none: set[Key] = set()
             for layer in self._dirty:
                 head[layer] = heaps[layer].peek(none)
-        for layer in todo:
-            top = head[layer]
-            s[layer] = -math.inf if top is None else base[layer] + phase * ((layer - cur) % n or n) / n - top[0]
+        ph = self._phase_term(cur, phase, n)
+        if todo is self._dirty:
+            for layer in todo:
+                top = head[layer]
+                s[layer] = -math.inf if top is None else base[layer] + ph[layer] - top[0]
+        else:
+            s[:] = [-math.inf if t is None else b + p - t[0] for b, p, t in zip(base, ph, head, strict=True)]
         self._dirty = set()
         top = c[2]  # the batch's own layer: its protected entries skipped
-        s[cur] = -math.inf if top is None else base[cur] + phase * n / n - top[0]
+        s[cur] = -math.inf if top is None else base[cur] + ph[cur] - top[0]
         best_s = max(s)
         if best_s == -math.inf:
             return None

@@ -72,11 +72,11 @@ class MarkovModel:
         self.open, self.batch, self.batch_occ = -1, [], {}
         if layer < 0 or not batch:
             return None
-        self.occ[layer][list(batch_occ)] += list(batch_occ.values())  # unique indices: one add each
+        idx = np.array(batch)  # batch_occ's keys, in the same order
         ntok = max(batch_occ.values())
+        self.occ[layer][idx] += 1 if ntok == 1 else np.array(list(batch_occ.values()))  # unique: one add each
         tok = self.tokens[layer] + ntok
         self.tokens[layer] = tok
-        idx = np.array(batch)
         self.last[layer][idx] = tok
         if ntok > 1:  # prefill: no transitions
             self.prev[layer] = None
@@ -102,5 +102,8 @@ class MarkovModel:
         if prev is None:
             return None
         pidx = self._prev_idx[layer]
-        p = ((self.tr[layer][pidx] + self.m * q) / (self.src[layer][pidx][:, None] + self.m)).mean(0)
+        x = (self.tr[layer][pidx] + self.m * q) / (self.src[layer][pidx][:, None] + self.m)
+        # the mean over rows as ndarray.mean computes it (its sum, then a division by the intp count), bit for bit
+        p = np.add.reduce(x, axis=0)
+        np.true_divide(p, np.intp(x.shape[0]), out=p, casting="unsafe")
         return np.log2(p / q)
