@@ -33,7 +33,7 @@ class MarkovModel:
         self.last = [np.zeros(0) for _ in range(n_layer)]  # token (per layer) of the last use
         self.tokens = [0.0] * n_layer
         self.prev: list[list[int] | None] = [None] * n_layer  # the last decode batch (None after prefill)
-        self._prev_idx: list[np.ndarray] = [np.zeros(0, np.intp)] * n_layer  # prev as an index array
+        self.prev_idx: list[np.ndarray] = [np.zeros(0, np.intp)] * n_layer  # prev as an index array (decode)
         self.open = -1  # layer whose batch is being looked up (-1: none)
         self.batch: list[int] = []  # its experts, in lookup order
         self.batch_occ: dict[int, int] = {}  # their occurrences (prefill: one per prompt token)
@@ -83,11 +83,11 @@ class MarkovModel:
         else:
             prev = self.prev[layer]
             if prev is not None:
-                pidx = self._prev_idx[layer]
+                pidx = self.prev_idx[layer]
                 self.tr[layer][pidx[:, None], idx] += 1  # unique rows and columns: one add each
                 self.src[layer][pidx] += 1
             self.prev[layer] = batch
-            self._prev_idx[layer] = idx
+            self.prev_idx[layer] = idx
         return layer, batch, ntok
 
     def rate(self, layer: int, k: int) -> np.ndarray:
@@ -101,7 +101,7 @@ class MarkovModel:
         prev = self.prev[layer]
         if prev is None:
             return None
-        pidx = self._prev_idx[layer]
+        pidx = self.prev_idx[layer]
         x = (self.tr[layer][pidx] + self.m * q) / (self.src[layer][pidx][:, None] + self.m)
         # the mean over rows as ndarray.mean computes it (its sum, then a division by the intp count), bit for bit
         p = np.add.reduce(x, axis=0)
