@@ -77,7 +77,7 @@ def main(model: str, wl: str, policies: list[str]) -> None:
         cache_ns = [0]
         lb, ev = cache.lookup_batch, cache.evict_over_budget
 
-        def timed(f):
+        def timed(f, cache_ns=cache_ns):
             def g(*a, **kw):
                 t0 = time.thread_time_ns()
                 try:
@@ -104,9 +104,9 @@ def main(model: str, wl: str, policies: list[str]) -> None:
             t, ids = topk[layer]
             for i, e in enumerate(ex):
                 ids[i] = e
-            a = ctypes.addressof(t)
-            hook._callback(a, True, None)
-            hook._callback(a, False, None)
+            addr = ctypes.addressof(t)
+            hook._callback(addr, True, None)
+            hook._callback(addr, False, None)
             for n in mm[layer]:
                 hook._callback(n, True, None)
             if hook.error is not None:
