@@ -32,3 +32,18 @@ def test_the_digest_tells_policies_apart_and_is_deterministic() -> None:
     w = workload("synth-top8")
     lru, lfu = drive(w, "lru", 1100 * MIB)[1], drive(w, "lfu", 1100 * MIB)[1]
     assert lru != lfu and lru == drive(w, "lru", 1100 * MIB)[1]
+
+
+def test_replay_cost_measures_two_checkouts_side_by_side(tmp_path: Path, capsys) -> None:
+    from harness.bench_cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "cost"
+    assert main(["replay-cost", "--against", str(repo), "--out", str(out), "--workloads", "synth-top8",
+                 "--policies", "lru", "--rounds", "2"]) == 0
+    raw = (out / "raw.csv").read_text().splitlines()
+    assert raw[0] == "impl,round,workload,policy,budget_mib,ns_per_token,digest" and len(raw) == 5
+    summary = (out / "summary.csv").read_text().splitlines()
+    assert summary[1].startswith("synth-top8,lru,2000,") and summary[1].endswith(",True")
+    assert main(["replay-cost", "--against", str(tmp_path), "--out", str(out)]) == 2
+    assert "no harness/engine/cache.py there" in capsys.readouterr().err
