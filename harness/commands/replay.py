@@ -101,6 +101,39 @@ def replay_report_cmd(
                f"({len(results) + len(bound_results)} replays)")
 
 
+def replay_cost_cmd(
+    against: Path = typer.Option(..., "--against", help="Another checkout of the package (e.g. a `git archive` of "
+                                 "an older commit) measured side by side with this one."),
+    out: Path = typer.Option(..., "--out", help="Folder (created): raw.csv (every measurement) and summary.csv."),
+    workloads: str = typer.Option("qwen,synth-top8", help="Comma list: qwen, gptoss (recorded traces), synth-top8."),
+    policies: str = typer.Option("all", help="Comma list of online policies, or 'all'."),
+    budget_mib: int = typer.Option(2000, help="Cache budget in MiB."),
+    rounds: int = typer.Option(5, help="Rounds; the two checkouts alternate inside each, the order flipping."),
+) -> None:
+    """CPU time of the expert cache's bookkeeping per decode token, driven as the engine's hook drives it
+    (no llama.cpp), for this checkout and another side by side, with a digest of every decision."""
+    from harness.engine.policies import online_policies
+    from harness.replay import bookkeeping as bk
+
+    pols = online_policies() if policies == "all" else policies.split(",")
+    unknown = [p for p in pols if p not in online_policies()]
+    if unknown:
+        raise UserError(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(online_policies())}")
+    if not (against / "harness" / "engine" / "cache.py").is_file():
+        raise UserError(f"--against {against}: no harness/engine/cache.py there; give a checkout of the package")
+    here = Path(bk.__file__).resolve().parents[2]
+    rows = bk.side_by_side({"against": against.resolve(), "this": here}, workloads.split(","), pols, budget_mib,
+                           rounds)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "raw.csv").write_text(bk.to_csv(rows, ["impl", "round", "workload", "policy", "budget_mib",
+                                                  "ns_per_token", "digest"]))
+    summ = bk.summary(rows)
+    (out / "summary.csv").write_text(bk.to_csv(summ, list(summ[0])))
+    for r in summ:
+        typer.echo(f"{r['workload']:11s} {r['policy']:12s} against {r['against_ms_per_token']:7.3f} ms/token  "
+                   f"this {r['this_ms_per_token']:7.3f}  x{r['ratio']:.2f}  same decisions: {r['same_decisions']}")
+
+
 def _unique_names(traces) -> None:
     names = [t.name for t in traces]
     dup = {n for n in names if names.count(n) > 1}
@@ -111,3 +144,4 @@ def _unique_names(traces) -> None:
 def register(app: typer.Typer) -> None:
     app.command("replay")(replay_cmd)
     app.command("replay-report")(replay_report_cmd)
+    app.command("replay-cost")(replay_cost_cmd)

@@ -134,6 +134,11 @@ def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None =
         b.res.drop(pos, pos + b.et.nb2)
 
 
+def _drop_all(work: list[tuple[tuple[int, int], tuple[Bound, ...], list[Future] | None]]) -> None:
+    for key, bounds, after in work:
+        _drop_slices(key[1], bounds, after)
+
+
 class _Filter(ctypes.Structure):
     _fields_ = [("py", ctypes.c_void_p), ("off_op", ctypes.c_int64), ("off_name", ctypes.c_int64),
                 ("op_mul_mat_id", ctypes.c_int32), ("op_view", ctypes.c_int32), ("op_top_k", ctypes.c_int32),
@@ -544,14 +549,21 @@ class StreamHook:
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
 
     def _drop(self, evicted: list[tuple[int, int]]) -> None:
+        # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);
+        # a later re-read of a key waits for its task; a speculative read still writing into an evicted
+        # entry's slices is waited for first (prefetch)
         pf = self.prefetch
-        for key in evicted:  # dropped off the compute thread; a later re-read of the key waits for it
+        work = []
+        for key in evicted:
             after = pf.on_evicted(key) if pf is not None else None
             bounds = tuple(self.layer_bound.get(key[0], ()))
             if bounds:
-                f = self.dropper.submit(_drop_slices, key[1], bounds, after)
+                work.append((key, bounds, after))
+        if work:
+            f = self.dropper.submit(_drop_all, work)
+            for key, _, _ in work:
                 self.pending_drop[key] = f
-                self._recent_drops.append(f)
+            self._recent_drops.append(f)
 
     def take_routes(self) -> list[RouteEvent]:
         """The routing decisions recorded since the last call (with record_routes)."""

@@ -37,6 +37,7 @@ class Aged(Policy):
         self._log2_decay = math.log2(decay)
         self._beta = 1.0 - w * self._log2_decay  # age weight once decay is folded in
         self._opp: list[int] = []  # runs of each layer so far
+        self._base: list[float] = []  # beta x runs of each layer: the victim rule's per-layer term
         self._cur = 0
         self._last: dict[Key, int] = {}
         self._log2c: dict[Key, float] = {}
@@ -44,11 +45,13 @@ class Aged(Policy):
 
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         self._opp = [0] * len(expert_bytes)
+        self._base = [0.0] * len(expert_bytes)
         self._heaps = LayerHeaps(len(expert_bytes))
 
     def on_batch(self, layer: int, now: int) -> None:
         self._cur = layer
         self._opp[layer] += 1
+        self._base[layer] = self._beta * self._opp[layer]
 
     def _count_use(self, key: Key) -> None:
         opp = self._opp[key[0]]
@@ -81,8 +84,7 @@ class Aged(Policy):
         self._heaps.discard(key)
 
     def victim(self, protected: set[Key]) -> Key | None:
-        beta = self._beta
-        return self._heaps.victim(self._cur, protected, [beta * o for o in self._opp], 1.0)
+        return self._heaps.victim(self._cur, protected, self._base, 1.0)
 
 
 class AgedDecay(Aged):
@@ -127,9 +129,17 @@ class AgedMarkov(Aged):
             return
         layer, batch, _ = closed
         lr = None if model.prev[layer] is None else model.log_ratio(layer, model.rate(layer, len(batch)))
-        for key in self._res[layer]:
-            self._bonus[key] = 0.0 if lr is None else self.z * float(lr[key[1]])
-            self._push(key)
+        keys = list(self._res[layer])
+        bonus = self._bonus
+        if lr is None:
+            for key in keys:
+                bonus[key] = 0.0
+        else:
+            z, lrs = self.z, lr.tolist()
+            for key in keys:
+                bonus[key] = z * lrs[key[1]]
+        beta, w, last, log2c = self._beta, self.w, self._last, self._log2c
+        self._heaps.push_many(layer, keys, [beta * last[k] + w * log2c[k] + bonus[k] for k in keys])
 
     def _score(self, key: Key) -> float:
         return self._beta * self._last[key] + self.w * self._log2c[key] + self._bonus.get(key, 0.0)
@@ -139,18 +149,24 @@ class AgedMarkov(Aged):
         super().on_batch(layer, now)
         self._model.start(layer)
 
+    # Inside the open batch an entry's score is not pushed: the batch's close re-scores every resident
+    # entry of its layer before any victim is asked for, so that push would be replaced unread (the ties
+    # of the entries that stay keep their order, so the decisions are the same).
     def on_hit(self, key: Key, now: int) -> None:
         self._model.see(key)
-        super().on_hit(key, now)
+        self._count_use(key)
+        if key[0] != self._model.open:
+            self._push(key)
 
     def on_insert(self, key: Key, now: int) -> None:
         self._res[key[0]].add(key)
-        self._model.see(key)
-        super().on_hit(key, now)
+        self.on_hit(key, now)  # the model sees it once, there
 
     def on_promote(self, key: Key, now: int) -> None:
         self._model.promote(key)
-        super().on_promote(key, now)
+        self._log2c[key] = math.log2(2.0 ** self._log2c[key] + 1.0)
+        if key[0] != self._model.open:
+            self._push(key)
 
     def on_evict(self, key: Key) -> None:
         self._res[key[0]].discard(key)

@@ -38,6 +38,7 @@ class MarkovDuel(Policy):
     def __init__(self, ages: Sequence[float] = (0.0, 0.05, 0.15, 0.4), phase: float = 1.0,
                  m: float = 4.0, score_decay: float = 0.999) -> None:
         self.ages = np.asarray(ages, dtype=np.float64)
+        self._ages_col = self.ages[:, None]
         self.phase, self.m, self.score_decay = phase, m, score_decay
         self._w = np.asarray(self.WEIGHTS, dtype=np.float64)
         self._duel = np.zeros(len(self.ages))  # each candidate's decayed prediction hits
@@ -70,7 +71,8 @@ class MarkovDuel(Policy):
         k = int(min(max(1, round(self._slots)), n0 - 1))
         top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
         used = np.zeros(n0, bool)
-        used[[e for e in batch if e < n0]] = True
+        idx = self._model.prev_idx[layer]  # this decode batch's experts
+        used[idx[idx < n0]] = True
         self._duel = self.score_decay * self._duel + used[top].sum(1)
 
     def _close(self) -> None:
@@ -88,16 +90,16 @@ class MarkovDuel(Policy):
         since = np.minimum(tok - model.last[layer], 1e4)
         base = w[0] + w[2] * np.log2(1.0 + np.minimum(since, 63.0)) + w[3] * np.log2(q)
         if not prefill:
-            base[batch] += w[1]
+            base[model.prev_idx[layer]] += w[1]  # the batch's experts (unique)
         lr = model.log_ratio(layer, q)
         if lr is not None:
             base += w[4] * lr
-        cands = base[None, :] - self.ages[:, None] * since[None, :]
+        cands = base[None, :] - self._ages_col * since[None, :]
         self._pred[layer] = cands
         score = self._adjust(layer, cands[int(np.argmax(self._duel))])
         self._score[layer] = score
-        for e in self._res[layer]:
-            self._heaps.push((layer, e), float(score[e]))
+        es = list(self._res[layer])
+        self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
 
     def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
         """q(b) for `layer` after its batch (occ: uses so far, tok: tokens so far, k: the batch's

@@ -33,6 +33,7 @@ class MarkovModel:
         self.last = [np.zeros(0) for _ in range(n_layer)]  # token (per layer) of the last use
         self.tokens = [0.0] * n_layer
         self.prev: list[list[int] | None] = [None] * n_layer  # the last decode batch (None after prefill)
+        self.prev_idx: list[np.ndarray] = [np.zeros(0, np.intp)] * n_layer  # prev as an index array (decode)
         self.open = -1  # layer whose batch is being looked up (-1: none)
         self.batch: list[int] = []  # its experts, in lookup order
         self.batch_occ: dict[int, int] = {}  # their occurrences (prefill: one per prompt token)
@@ -71,22 +72,22 @@ class MarkovModel:
         self.open, self.batch, self.batch_occ = -1, [], {}
         if layer < 0 or not batch:
             return None
-        occ = self.occ[layer]
-        for e, c in batch_occ.items():
-            occ[e] += c
+        idx = np.array(batch)  # batch_occ's keys, in the same order
         ntok = max(batch_occ.values())
+        self.occ[layer][idx] += 1 if ntok == 1 else np.array(list(batch_occ.values()))  # unique: one add each
         tok = self.tokens[layer] + ntok
         self.tokens[layer] = tok
-        self.last[layer][batch] = tok
+        self.last[layer][idx] = tok
         if ntok > 1:  # prefill: no transitions
             self.prev[layer] = None
         else:
             prev = self.prev[layer]
             if prev is not None:
-                for a in prev:
-                    self.tr[layer][a, batch] += 1
-                self.src[layer][prev] += 1
+                pidx = self.prev_idx[layer]
+                self.tr[layer][pidx[:, None], idx] += 1  # unique rows and columns: one add each
+                self.src[layer][pidx] += 1
             self.prev[layer] = batch
+            self.prev_idx[layer] = idx
         return layer, batch, ntok
 
     def rate(self, layer: int, k: int) -> np.ndarray:
@@ -100,5 +101,9 @@ class MarkovModel:
         prev = self.prev[layer]
         if prev is None:
             return None
-        p = ((self.tr[layer][prev] + self.m * q) / (self.src[layer][prev][:, None] + self.m)).mean(0)
+        pidx = self.prev_idx[layer]
+        x = (self.tr[layer][pidx] + self.m * q) / (self.src[layer][pidx][:, None] + self.m)
+        # the mean over rows as ndarray.mean computes it (its sum, then a division by the intp count), bit for bit
+        p = np.add.reduce(x, axis=0)
+        np.true_divide(p, np.intp(x.shape[0]), out=p, casting="unsafe")
         return np.log2(p / q)

@@ -21,6 +21,8 @@ class _Partitioned(Policy):
         self._eb: list[int] = []
         self._res: list[int] = []  # resident bytes per layer
         self._n: list[int] = []  # resident entries per layer
+        self._over: list[float] = []  # resident bytes less the share, per layer
+        self._prot: tuple[set[Key], dict[int, int]] | None = None  # protected entries per layer, of the last set
 
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         total = sum(expert_bytes) or 1
@@ -28,20 +30,34 @@ class _Partitioned(Policy):
         self._quota = [budget_bytes * b / total for b in expert_bytes]
         self._res = [0] * len(expert_bytes)
         self._n = [0] * len(expert_bytes)
+        self._over = [r - q for r, q in zip(self._res, self._quota, strict=True)]
 
     def _add(self, key: Key) -> None:
-        self._res[key[0]] += self._eb[key[0]]
-        self._n[key[0]] += 1
+        layer = key[0]
+        self._res[layer] += self._eb[layer]
+        self._n[layer] += 1
+        self._over[layer] = self._res[layer] - self._quota[layer]
 
     def on_evict(self, key: Key) -> None:
-        self._res[key[0]] -= self._eb[key[0]]
-        self._n[key[0]] -= 1
+        layer = key[0]
+        self._res[layer] -= self._eb[layer]
+        self._n[layer] -= 1
+        self._over[layer] = self._res[layer] - self._quota[layer]
         self._drop(key)
 
     def victim(self, protected: set[Key]) -> Key | None:
-        prot_layers: dict[int, int] = {}
-        for layer, _ in protected:
-            prot_layers[layer] = prot_layers.get(layer, 0) + 1
+        p = self._prot
+        if p is None or p[0] is not protected:  # counted once per protected set (once per batch)
+            counts: dict[int, int] = {}
+            for layer, _ in protected:
+                counts[layer] = counts.get(layer, 0) + 1
+            p = self._prot = (protected, counts)
+        prot_layers = p[1]
+        over = self._over
+        top = max(over, default=-math.inf)
+        first = over.index(top) if over else -1
+        if first >= 0 and self._n[first] > prot_layers.get(first, 0):
+            return self._pick(first, protected)  # the first layer most over its share has a candidate
         best, best_over = -1, -math.inf
         for layer, q in enumerate(self._quota):
             if self._n[layer] > prot_layers.get(layer, 0):
