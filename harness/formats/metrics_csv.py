@@ -57,6 +57,7 @@ class TokenRow:
     loop_overhead_ms: float = UNMEASURED
     token_id: int = UNMEASURED
     mem_stall_ms: float = UNMEASURED  # memory-pressure stall (PSI `some`) during the token; source in preamble
+    route_agree: float = UNMEASURED  # --route-ahead: share of the committed slots in their layer's own top-k
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]
