@@ -16,7 +16,7 @@ from harness.errors import UserError
 from harness.synth import make_model
 from harness.synth.shapes import shape_spec
 
-N_TOK = 24
+N_TOK = 16
 ARCHS = ("qwen3moe", "minimax-m2")
 
 
@@ -75,7 +75,7 @@ def test_streamed_matches_resident_at_the_same_n(models, resident, tmp_path, arc
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ["minimax-m2"])  # qwen3moe's evictions are covered at N = 2
 def test_route_ahead_one_with_evictions_matches_resident(models, resident, tmp_path, arch):
     ref = resident(arch, "--route-ahead", "1")
     r = bmoe(models[arch], "--moe-stream", "--cache-mb", "1", "--route-ahead", "1", n=N_TOK, tmp=tmp_path)
@@ -88,6 +88,8 @@ def test_route_ahead_one_with_evictions_matches_resident(models, resident, tmp_p
 def test_route_ahead_zero_is_off_byte_for_byte(models, resident, tmp_path, arch):
     off, zero = resident(arch), resident(arch, "--route-ahead", "0")
     assert zero.stdout == off.stdout and zero.tokens == off.tokens
+    if arch != ARCHS[0]:
+        return  # streamed: one architecture is enough (the knob builds nothing at 0)
     s_off = bmoe(models[arch], "--moe-stream", "--cache-mb", "1", n=N_TOK, tmp=tmp_path)
     s_zero = bmoe(models[arch], "--moe-stream", "--cache-mb", "1", "--route-ahead", "0", n=N_TOK, tmp=tmp_path)
     assert s_zero.stdout == s_off.stdout and s_zero.tokens == s_off.tokens == off.tokens
@@ -110,3 +112,10 @@ def test_route_ahead_is_lossy_and_reports_its_agreement(models, resident, tmp_pa
     col = read_metrics(tmp_path / "run-0.csv").col("route_agree")
     assert r.rc == 0 and col is not None and len(col) == 8
     assert ((col >= 0) & (col <= 1)).all()  # every decode token routes some layer ahead: no -1
+
+
+@pytest.mark.engine
+def test_route_ahead_refuses_an_arch_it_does_not_model(tmp_path):
+    (path,) = make_model(tmp_path / "l4.gguf", shape_spec("tiny", arch="llama4", seed=3))
+    r = bmoe(path, "--route-ahead", "1", n=2, tmp=tmp_path)
+    assert r.rc == 2 and "--route-ahead" in r.stderr and "llama4" in r.stderr and "Traceback" not in r.stderr

@@ -301,6 +301,12 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     if cfg.n_expert_used and layout.expert_used_is_array:
         raise UserError(f"--n-expert-used: {cfg.model} gives expert_used_count per layer, which llama.cpp's "
                         "key override cannot change; drop --n-expert-used")
+    if cfg.route_ahead:
+        from harness.engine.early_router import NOT_MODELLED
+
+        if layout.arch in NOT_MODELLED:
+            raise UserError(f"--route-ahead: {cfg.model} is {layout.arch}: {NOT_MODELLED[layout.arch]}; "
+                            "drop --route-ahead")
     k = cfg.n_expert_used or layout.n_expert_used
     parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
                                      lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))

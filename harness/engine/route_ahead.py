@@ -41,7 +41,7 @@ class RouteAhead:
         target = self.target_of.get(layer)
         if target is None:
             return
-        ids = top_k_ids(self.router.scores(target, hidden), self.k_of(target))
+        ids = top_k_ids(self.router.scores(target, hidden, ranking_only=True), self.k_of(target))
         self.committed[target] = ids
         if self.on_commit is not None:
             self.on_commit(target, ids)
