@@ -191,6 +191,10 @@ class Engine:
             s.extra.update({"drop_decode_slots": ds, "drop_decode_dropped": dd,
                             "drop_decode_frac": round(dd / ds, 6) if ds else -1, "drop_prefill_slots": ps,
                             "drop_prefill_dropped": pd})
+        if p.hook and p.hook.route_ahead is not None:
+            agree = p.hook.route_ahead.agreement
+            s.extra["route_agree"] = -1 if agree is None else round(agree, 6)
+            s.extra["route_ahead_early_reads"] = int(p.hook.early_reads)
         s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
 
     def preamble(self) -> dict[str, object]:
@@ -220,6 +224,12 @@ class Engine:
             d["lossy"] = "; ".join(lossy)
         if cfg.drop_cold_experts is not None:
             d["reproducible"] = "no: which experts --drop-cold-experts skips depends on the cache state"
+        if cfg.route_ahead:
+            d["route_agree_is"] = ("share of the routed-ahead slots (decode layers after the first N MoE layers) whose "
+                                   "committed expert is among that layer's own router's top-k; -1 = none routed ahead")
+            d["route_ahead_reads"] = ("none (resident)" if not cfg.moe_stream else "at commit time, N layers early"
+                                      if p.hook and p.hook.early_reads else
+                                      "at the layer's own routing node (no cache: the shared slots hold one layer)")
         if cfg.route_replay:
             d["route_replay"] = os.path.abspath(cfg.route_replay)
             d["output_text"] = "meaningless: routing replayed from a recorded trace (timings and bytes are the point)"
@@ -280,7 +290,14 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         drop = DropRule(cfg.drop_cold_experts or 0.0, renorm=not cfg.drop_no_renorm, in_prefill=cfg.drop_in_prefill)
         if cfg.drop_replay:
             drop_replay = DropReplay(cfg.drop_replay, layout.n_layer, layout.n_expert, k)
-    if not cfg.moe_stream and replay is None and anon is None and drop_replay is None:
+    ahead = None
+    if cfg.route_ahead:
+        from harness.engine.early_router import EarlyRouter
+        from harness.engine.route_ahead import RouteAhead
+
+        ahead = RouteAhead(EarlyRouter.load(layout, k), cfg.route_ahead, layout.moe_layers,
+                           lambda il: cfg.n_expert_used or layout.expert_used_by_layer[il])
+    if not cfg.moe_stream and replay is None and anon is None and drop_replay is None and ahead is None:
         return None
     tracing = None
     if cfg.io_trace or cfg.compute_trace:
@@ -289,7 +306,8 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
             reader.recorder = tracing.io
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
-                            drop=drop, drop_replay=drop_replay, prefetch=prefetch, tracing=tracing)
+                            drop=drop, drop_replay=drop_replay, prefetch=prefetch, tracing=tracing,
+                            route_ahead=ahead)
     if prefetch is not None:
         prefetch.trace = tracing.io if tracing is not None else None
         if prefetch.router is not None:
@@ -332,6 +350,12 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     if cfg.n_expert_used and layout.expert_used_is_array:
         raise UserError(f"--n-expert-used: {cfg.model} gives expert_used_count per layer, which llama.cpp's "
                         "key override cannot change; drop --n-expert-used")
+    if cfg.route_ahead:
+        from harness.engine.early_router import NOT_MODELLED
+
+        if layout.arch in NOT_MODELLED:
+            raise UserError(f"--route-ahead: {cfg.model} is {layout.arch}: {NOT_MODELLED[layout.arch]}; "
+                            "drop --route-ahead")
     k = cfg.n_expert_used or layout.n_expert_used
     parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
                                      lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))

@@ -177,6 +177,12 @@ class EngineConfig:
     drop_replay: str | None = opt(None, "--drop-replay", metavar="TRACE", lossy="skips the experts the trace dropped",
                                   help="skip the experts a route_trace v2 recorded as dropped instead of deciding "
                                   "(the gate: a streamed run with drops equals the resident run under its drops)")
+    route_ahead: int = opt(0, "--route-ahead", lo=0,
+                           lossy="a decode layer's routing comes from an earlier layer's input",
+                           help="commit each decode layer's routing N MoE layers early (its router on that layer's "
+                           "MoE input), so its reads start N layers early and are never wasted; the first N MoE "
+                           "layers and the prompt route themselves; 0 = off; deterministic: streamed equals resident "
+                           "at the same N")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
 
@@ -357,6 +363,19 @@ def _prefetch_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _route_ahead_rules(cfg: EngineConfig) -> str | None:
+    if not cfg.route_ahead:
+        return None
+    for name, flag in (("route_replay", "--route-replay"), ("route_trace", "--route-trace"),
+                       ("drop_cold_experts", "--drop-cold-experts"), ("drop_replay", "--drop-replay")):
+        if getattr(cfg, name) is not None:
+            return f"bmoe: --route-ahead commits the routing itself; it cannot be combined with {flag}"
+    if cfg.prefetch > 0 or cfg.predict_prefetch:
+        return ("bmoe: --route-ahead already reads each layer's experts early; combining it with --prefetch or "
+                "--predict-prefetch is not supported (not gated): use one of them")
+    return None
+
+
 def lossy_settings(cfg: EngineConfig) -> list[str]:
     """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
     return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
@@ -364,7 +383,8 @@ def lossy_settings(cfg: EngineConfig) -> list[str]:
 
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
                                                              _no_think_needs_chatml, _prompts_file_rules,
-                                                             _drop_rules, _prefetch_rules, _traces_one_generation)
+                                                             _drop_rules, _prefetch_rules, _traces_one_generation,
+                                                             _route_ahead_rules)
 
 
 def validate(cfg: EngineConfig) -> None:

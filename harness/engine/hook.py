@@ -33,6 +33,12 @@ then passed again with `ask=False`. So:
   MUL_MAT_ID's src[1] (a reshape view of the layer's MoE input, an ancestor of the routing node, so computed and
   valid by then) is copied out as float32 [n_tok, n_embd] and every tap is called with
   (layer, phase, decode_index, hidden): the early router's input (route-ahead, predictive prefetch).
+- with `--route-ahead N` (a `route_ahead.RouteAhead`, one of the taps): a decode layer's routing committed N MoE
+  layers early overwrites the selected ids at its routing node. With a cache, the committed layer is accounted
+  and its misses read at commit time (`_commit_early`); the policies protect only the last batch, so an entry
+  evicted while its layer is accounted and not yet computed (`_held`) keeps its pages until that layer has been
+  computed (a few slices over the budget for a few layers); without one (shared slots, which hold one layer at a
+  time) its reads start at its own routing node as usual.
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything
 is caught, recorded, the graph is aborted, and the session raises it after llama_decode returns.
 """
@@ -75,6 +81,7 @@ if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
     from harness.engine.drop import DropReplay, DropRule
     from harness.engine.prefetch import Prefetcher
+    from harness.engine.route_ahead import RouteAhead
     from harness.engine.route_replay import RouteReplay
     from harness.engine.tracing import Tracing
 
@@ -186,7 +193,8 @@ class StreamHook:
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
                  drop: DropRule | None = None, drop_replay: DropReplay | None = None,
-                 prefetch: Prefetcher | None = None, tracing: Tracing | None = None):
+                 prefetch: Prefetcher | None = None, tracing: Tracing | None = None,
+                 route_ahead: RouteAhead | None = None):
         self.layout = layout
         self.tracing = tracing  # --io-trace / --compute-trace (harness.engine.tracing); None: no cost
         self._iotrace = tracing.io if tracing is not None else None
@@ -231,6 +239,15 @@ class StreamHook:
         self.taps: list[Tap] = []  # called with each layer's MoE input (see the module docstring)
         self._tap_due: int | None = None  # the layer whose routing node was seen and whose input is not tapped yet
         self.tap_skipped: set[int] = set()  # layers whose matmul input is not the plain MoE input (llama4)
+        self.route_ahead = route_ahead
+        self._early: set[int] = set()  # layers accounted (and read) at commit time, before their routing node
+        self._held: dict[int, set[tuple[int, int]]] | None = None  # layer -> its batch, accounted, not computed
+        self._deferred: dict[int, list[tuple[int, int]]] = {}  # layer -> entries evicted while it was held
+        if route_ahead is not None:
+            self.taps.append(route_ahead.tap)
+            if cache is not None and cache.enabled and reader is not None and not self.shared:
+                self._held = {}
+                route_ahead.on_commit = self._commit_early
         from llama_cpp import llama_cpp as L
 
         cb = self._callback if self._ctrace is None else self._ctrace.wrap(self._callback)
@@ -406,6 +423,12 @@ class StreamHook:
             self._tap_due = il
         if self._ctrace is not None:
             self._ctrace.layer = il
+        ahead = self.route_ahead.take(il, self.phase) if self.route_ahead is not None else None
+        held = self._held
+        if held is not None:  # the layers before this one are computed: their deferred drops go now
+            for la in [la for la in held if la < il or il == self._first_moe_layer]:
+                del held[la]
+                self._drop(self._deferred.pop(la, []))
         if tt.type != GGML_TYPE_I32:
             raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
         k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
@@ -416,7 +439,7 @@ class StreamHook:
                 self._end_dense_scan()
         n_exp = self.layout.n_expert
         ids = view = None
-        if n_tok == 1 and self.replay is None and not self._want_weights:
+        if n_tok == 1 and self.replay is None and not self._want_weights and ahead is None:
             flat_ids = list((ctypes.c_int32 * k).from_address(tt.data))  # decode fast path: no numpy
             lo, hi = min(flat_ids), max(flat_ids)
         else:
@@ -428,6 +451,11 @@ class StreamHook:
                 forced = self.replay.ids(il, self.phase, n_tok, self.decode_index)
                 if forced is not None:
                     view[:, :] = forced  # before anything reads them: weights and matmuls follow the trace
+            if ahead is not None:
+                if ahead.shape != view.shape:
+                    raise HookError(f"{name}: routed ahead {ahead.shape} ids, the graph selects {view.shape}")
+                self.route_ahead.score(ahead, view)
+                view[:, :] = ahead  # the committed routing, before the weights and the matmuls read the ids
             ids = view.copy()
             flat_ids = ids.reshape(-1).tolist()
             lo, hi = int(ids.min()), int(ids.max())
@@ -439,13 +467,24 @@ class StreamHook:
             if st.on_topk(il, self.phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
                 self.counters.mgmt_ns += time.perf_counter_ns() - t0
                 return
-        if self.cache is None:
+        if self.cache is None or il in self._early:  # resident, or accounted and read at commit time
+            self._early.discard(il)
             self.counters.mgmt_ns += time.perf_counter_ns() - t0
             return
         ev = self._account(il, flat_ids, ids)
         if st is not None and st.pending is not None:
             st.pending.event = ev
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    @property
+    def early_reads(self) -> bool:
+        """Route-ahead reads a committed layer's misses at commit time (a cache), not at its routing node."""
+        return self._held is not None
+
+    def _commit_early(self, il: int, ids: np.ndarray) -> None:
+        """Route-ahead with a cache: layer `il`'s committed batch is accounted and its misses read now."""
+        self._early.add(il)
+        self._account(il, ids.reshape(-1).tolist(), ids)
 
     def _run_taps(self, t: int) -> None:
         """The layer's first expert-matmul ask: hand its MoE input (src[1]) to every tap."""
@@ -510,6 +549,8 @@ class StreamHook:
         # batch's reads are in flight, so the policy's bookkeeping overlaps I/O instead of delaying it
         res = self.cache.lookup_batch(il, flat_ids, evict=False)
         self._evict_due = self.cache.enabled
+        if self._held is not None:  # route-ahead: this batch's slices stay until the layer is computed
+            self._held[il] = {(il, e) for e in order}
         if preloaded:
             res.misses = sorted(set(preloaded) | set(res.misses))
         c = self.counters
@@ -552,9 +593,12 @@ class StreamHook:
         # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);
         # a later re-read of a key waits for its task; a speculative read still writing into an evicted
         # entry's slices is waited for first (prefetch)
-        pf = self.prefetch
+        pf, held = self.prefetch, self._held
         work = []
         for key in evicted:
+            if held and key in held.get(key[0], ()):  # route-ahead: its layer still computes with it; drop it after
+                self._deferred.setdefault(key[0], []).append(key)
+                continue
             after = pf.on_evicted(key) if pf is not None else None
             bounds = tuple(self.layer_bound.get(key[0], ()))
             if bounds:

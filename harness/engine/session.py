@@ -317,6 +317,9 @@ class Session:
             r.prefetch_wasted_bytes = c.prefetch_wasted_bytes
         if self.dense is not None:
             r.dense_resident_frac = self.dense.resident_frac(step)
+        if hook and hook.route_ahead is not None:
+            agree = hook.route_ahead.take_agreement()
+            r.route_agree = UNMEASURED if agree is None else round(agree, 6)
         ps, mi = sysstats.proc_status(), sysstats.meminfo()
         r.rss_mib, r.rss_anon_mib, r.rss_file_mib, r.swap_mib = ps["VmRSS"], ps["RssAnon"], ps["RssFile"], ps["VmSwap"]
         r.mem_available_mib, r.mem_free_mib, r.swap_free_mib = mi["MemAvailable"], mi["MemFree"], mi["SwapFree"]

@@ -60,6 +60,7 @@ class TokenRow:
     prefetch_bytes: int = UNMEASURED  # speculative reads completed (--prefetch, --predict-prefetch); logical bytes
     prefetch_used_bytes: int = UNMEASURED  # prefetched experts a demand lookup used (each once)
     prefetch_wasted_bytes: int = UNMEASURED  # prefetched experts evicted before any use
+    route_agree: float = UNMEASURED  # --route-ahead: share of the committed slots in their layer's own top-k
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]

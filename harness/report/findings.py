@@ -142,7 +142,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
 def _table(res: Results) -> list[str]:
     vk = res.varying_keys
     head = ["cell", *vk, "runs", "tok/s [95% CI]", "x base [95% CI]", "s/token", "I/O wait", "cache mgmt",
-            "compute", "MiB read/tok", "hit %", "peak RSS MiB", "cap peak MiB", "majflt/tok"]
+            "compute", "MiB read/tok", "hit %", "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree"]
     cap_used = any(math.isfinite(c.cap_peak_mib) for c in res.cells)
     rss_used = any(math.isfinite(c.peak_rss_mib) for c in res.cells)
     drop = set()
@@ -150,6 +150,8 @@ def _table(res: Results) -> list[str]:
         drop.add("cap peak MiB")
     if not rss_used:
         drop.add("peak RSS MiB")
+    if not any(math.isfinite(c.route_agree) for c in res.cells):
+        drop.add("route agree")
     cols = [h for h in head if h not in drop]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for c in res.cells:
@@ -161,7 +163,7 @@ def _table(res: Results) -> list[str]:
             "s/token": _f(c.wall_s, 3), "I/O wait": _f(c.io_s, 3), "cache mgmt": _f(c.mgmt_s, 3),
             "compute": _f(c.compute_s, 3), "MiB read/tok": _f(c.mib_per_tok, 1), "hit %": _f(c.hit_pct, 1),
             "peak RSS MiB": _f(c.peak_rss_mib, 0), "cap peak MiB": _f(c.cap_peak_mib, 0),
-            "majflt/tok": _f(c.majflt_per_tok, 1),
+            "majflt/tok": _f(c.majflt_per_tok, 1), "route agree": _f(c.route_agree, 3),
         }
         for k in vk:
             vals[k] = c.config.get(k, "n/a")
@@ -181,6 +183,10 @@ def _table(res: Results) -> list[str]:
     ]
     if cap_used:
         notes.append("cap peak = the memory-cap cgroup's peak, page cache included.")
+    if "route agree" not in drop:
+        notes.append("route agree (--route-ahead, LOSSY): the mean per token of the share of routed-ahead slots whose "
+                     "committed expert is among that layer's own router's top-k; on a synthetic model's random "
+                     "routing it says nothing about a real model's.")
     return lines + notes
 
 

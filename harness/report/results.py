@@ -37,6 +37,7 @@ class CellResult:
     cap_peak_mib: float  # peak of the memory-cap cgroup (page cache included), if capped
     majflt_per_tok: float
     config: dict[str, str] = field(default_factory=dict)  # preamble keys shared by all its runs
+    route_agree: float = math.nan  # --route-ahead: mean per-token slot agreement with the true routing (lossy)
 
 
 @dataclass
@@ -167,6 +168,7 @@ def compute_results(data: CampaignData) -> Results:
             mib_per_tok=_nanmean(rb) / 2**20, hit_pct=_last(ok, "cache_hit_pct"),
             peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
             majflt_per_tok=_nanmean(_col(ok, "majflt", w)), config=shared.get(c.index, {}),
+            route_agree=_nanmean(_col(ok, "route_agree", w)),
         ))
         for f in (stats.few_runs_check(c.label, len(ok)),
                   stats.variance_check(c.label, cells[-1].run_rates)):
