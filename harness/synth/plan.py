@@ -11,7 +11,6 @@ from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
-from harness.synth.archs.layouts import LAYOUTS
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
 from harness.synth.spec import ModelSpec, arch_module, validate
 from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
@@ -98,11 +97,9 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
             KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
         ]
-    mod = arch_module(a)
-    if a in LAYOUTS:
-        pass  # its own keys are merged in at the end
-    elif mod is not None:
-        kvs = mod.kvs(spec, kvs)
+    mod = arch_module(a)  # an arch with a module of its own places its keys last
+    if mod is not None:
+        pass
     elif a == "qwen3":
         kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
     elif a == "olmoe":
@@ -137,10 +134,7 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
     ]
     if tok.TEMPLATES[spec.chat_template or tok.default_template(a)] is not None:
         kvs.append(KV("tokenizer.chat_template", s, sp.template))
-    if a in LAYOUTS:  # an arch module's key replaces a common one of the same name (e.g. a per-layer array)
-        own = {kv.key: kv for kv in LAYOUTS[a].kvs(spec)}
-        kvs = [own.pop(kv.key, kv) for kv in kvs] + list(own.values())
-    return kvs
+    return kvs if mod is None else mod.kvs(spec, kvs)
 
 
 def _split_kvs(index: int, n_split: int, n_tensors: int) -> list[KV]:
@@ -172,7 +166,7 @@ def assign_shards(sizes: list[int], n_split: int) -> list[list[int]]:
 
 def plan_model(spec: ModelSpec) -> ModelPlan:
     validate(spec)
-    tensors = LAYOUTS[spec.arch].tensors(spec) if spec.arch in LAYOUTS else plan_tensors(spec)
+    tensors = plan_tensors(spec)
     if spec.n_split > len(tensors):
         raise UserError(f"--split {spec.n_split} is more than the model's {len(tensors)} tensors")
     kvs = plan_kvs(spec)

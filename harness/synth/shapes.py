@@ -100,10 +100,7 @@ _DEEPSEEK_V4_FLASH = dict(
 # per-arch defaults, under a shape's own fields and explicit flags: gpt-oss's experts are MXFP4 and its RoPE is
 # YaRN-scaled, whatever the size
 ARCH_DEFAULTS: dict[str, dict[str, object]] = {
-    # k/v over every head (olmoe's k-norm spans n_embd; deepseek2's latent KV expands to every head; dots1)
-    "olmoe": dict(n_head_kv=4),
-    "deepseek2": dict(n_head_kv=4),
-    "dots1": dict(n_head_kv=4),
+    "olmoe": dict(n_head_kv=4),  # k/v over every head (its k-norm spans n_embd)
     "gpt-oss": dict(
         expert_type="mxfp4",
         rms_eps=1e-5,

@@ -61,13 +61,8 @@ def validate(spec: ModelSpec) -> None:
 
 def attention(spec: ModelSpec, il: int) -> list[TensorPlan]:
     """Full attention with a joint query+gate projection (2 x n_head x head_dim) and per-head q/k norms."""
-    hd, p = spec.head_dim, f"blk.{il}."
-    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
-    return [
-        *P.qkvo(spec, il, 2 * n_q, n_kv, n_o=n_q),
-        P._ones(p + "attn_q_norm.weight", hd, il),
-        P._ones(p + "attn_k_norm.weight", hd, il),
-    ]
+    n_q = spec.n_head * spec.head_dim
+    return [*P.qkvo(spec, il, 2 * n_q, n_o=n_q), *P.qk_norms(spec, il)]
 
 
 def linear_common(spec: ModelSpec, il: int) -> list[TensorPlan]:
@@ -96,15 +91,6 @@ def moe(spec: ModelSpec, il: int) -> list[TensorPlan]:
     ]
 
 
-def nextn(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    d, p = spec.n_embd, f"blk.{il}.nextn."
-    return [
-        P._lin(p + "eh_proj.weight", 2 * d, d, spec.dense_type, il),
-        P._ones(p + "enorm.weight", d, il),
-        P._ones(p + "hnorm.weight", d, il),
-    ]
-
-
 def n_blocks(spec: ModelSpec) -> int:
     return spec.n_layer + dims(spec)["n_nextn"]
 
@@ -116,7 +102,7 @@ def mix(spec: ModelSpec, tensors: list[TensorPlan]) -> list[TensorPlan]:
 
 def kvs(spec: ModelSpec, base: list[KV], sections: bool) -> list[KV]:
     a, o = spec.arch, dims(spec)
-    out = P.without(base, ".block_count") + [
+    own = [
         P.u32(f"{a}.block_count", n_blocks(spec)),
         P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
         P.u32(f"{a}.expert_shared_feed_forward_length", spec.n_ff_shexp),
@@ -131,8 +117,8 @@ def kvs(spec: ModelSpec, base: list[KV], sections: bool) -> list[KV]:
     if sections:  # interleaved M-RoPE sections over the rotated half-dims (text: every section sees the position)
         r = o["rope_dim"] // 2
         s = 11 * r // 32
-        out.append(KV(f"{a}.rope.dimension_sections", VT.ARRAY, [s, s, r - 2 * s, 0], VT.INT32))
+        own.append(KV(f"{a}.rope.dimension_sections", VT.ARRAY, [s, s, r - 2 * s, 0], VT.INT32))
     if o["n_nextn"]:
-        out.append(P.u32(f"{a}.nextn_predict_layers", o["n_nextn"]))
-    return out
+        own.append(P.u32(f"{a}.nextn_predict_layers", o["n_nextn"]))
+    return P.after_model_keys(spec, base, own, drop=(".block_count",))
 

@@ -13,18 +13,18 @@ indexer_head_dim, indexer_top_k, hash_layers, shared_experts.
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
+from harness.synth.archs import _parts as P
+from harness.synth.archs import param
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
 from harness.synth.tensors import (
     DOWN_GAIN,
     EXPERT_GAIN,
-    OUTPUT_GAIN,
-    ROUTER_GAIN,
     SINK_STD,
     TensorPlan,
     _experts,
@@ -32,8 +32,9 @@ from harness.synth.tensors import (
     _ones,
     _vec,
 )
-from harness.synth.tokenizer import build_vocab, specials_for
 
+ARCH = "deepseek4"
+SPEC_DEFAULTS: dict[str, Any] = {}
 PARAMS: dict[str, int] = dict(q_lora_rank=128, o_lora_rank=64, o_groups=2, rope_dim=16, indexer_heads=2,
                               indexer_head_dim=64, indexer_top_k=16, hash_layers=2, shared_experts=1)
 HC = 4  # hyper-connection copies: llama.cpp's graph asserts 4
@@ -47,14 +48,14 @@ RATIO_CYCLE = (0, 4, 128, 4)
 
 
 def _p(spec: ModelSpec, name: str) -> int:
-    return spec.param(name, PARAMS[name])
+    return param(spec, PARAMS, name)
 
 
 def compress_ratios(spec: ModelSpec) -> list[int]:
     return [RATIO_CYCLE[il % len(RATIO_CYCLE)] for il in range(spec.n_layer)]
 
 
-def _check(spec: ModelSpec) -> None:
+def validate(spec: ModelSpec) -> None:
     if spec.n_head % _p(spec, "o_groups"):
         raise UserError(f"--heads {spec.n_head} is not a multiple of deepseek4's o_groups {_p(spec, 'o_groups')}")
     if _p(spec, "rope_dim") > min(spec.head_dim, _p(spec, "indexer_head_dim")):
@@ -63,9 +64,9 @@ def _check(spec: ModelSpec) -> None:
         raise UserError(f"deepseek4's hash_layers {_p(spec, 'hash_layers')} exceeds --layers {spec.n_layer}")
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
+def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     a, u32, f32 = spec.arch, VT.UINT32, VT.FLOAT32
-    return [
+    return P.override(base, [
         KV(f"{a}.attention.head_count_kv", u32, 1),  # one shared KV head (wkv is {n_embd, head size})
         KV(f"{a}.rope.dimension_count", u32, _p(spec, "rope_dim")),
         KV(f"{a}.attention.q_lora_rank", u32, _p(spec, "q_lora_rank")),
@@ -89,7 +90,7 @@ def kvs(spec: ModelSpec) -> list[KV]:
         KV(f"{a}.hyper_connection.epsilon", f32, 1e-6),
         KV(f"{a}.hash_layer_count", u32, _p(spec, "hash_layers")),
         KV(f"{a}.embedding_length_out", u32, spec.n_embd * HC),
-    ]
+    ])
 
 
 def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
@@ -134,12 +135,12 @@ def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
                 _vec(p + "indexer_compressor_ape.weight", (2 * ihd, ratio), 0.1, il),
                 _ones(p + "indexer_compressor_norm.weight", ihd, il),
             ]
-    out.append(TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN / math.sqrt(d), layer=il))
+    out.append(P.router(spec, il))
     if il < _p(spec, "hash_layers"):  # token id -> its k experts
         out.append(TensorPlan(p + "ffn_gate_tid2eid.weight", (spec.n_expert_used, spec.n_vocab), "i32",
                               "expert_ids", float(e), layer=il))
     else:
-        out.append(_vec(p + "exp_probs_b.bias", (e,), 0.1, il))
+        out.append(P.probs_bias(spec, il, 0.1))
     out.append(_ones(p + "ffn_norm.weight", d, il))
     out += _experts(spec, il, spec.n_ff_exp)
     out += [
@@ -151,13 +152,10 @@ def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
 
 
 def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    _check(spec)
-    ctrl = tuple(build_vocab(spec.n_vocab, specials_for(spec.arch, spec.chat_template)).control_ids)
-    d, dt = spec.n_embd, spec.dense_type
+    d = spec.n_embd
     out = [
-        TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0),
-        _ones("output_norm.weight", d, -1),
-        TensorPlan("output.weight", (d, spec.n_vocab), dt, "normal", OUTPUT_GAIN / math.sqrt(d), ctrl),
+        P.embedding(spec),
+        *P.output(spec),
         _lin("output_hc_fn.weight", HC * d, HC, "f32", -1),
         _vec("output_hc_base.weight", (HC,), 0.1, -1),
         _ones("output_hc_scale.weight", 1, -1),

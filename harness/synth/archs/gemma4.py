@@ -11,21 +11,18 @@ embeddings (no output.weight), as in the published files; no per-layer embedding
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
+from harness.synth.archs import _parts as P
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import BLOCK_ELEMS, ModelSpec
-from harness.synth.tensors import (
-    DOWN_GAIN,
-    EXPERT_GAIN,
-    ROUTER_GAIN,
-    TensorPlan,
-    _lin,
-    _ones,
-)
-from harness.synth.tokenizer import build_vocab, specials_for
+from harness.synth.tensors import DOWN_GAIN, EXPERT_GAIN, ROUTER_GAIN, TensorPlan, _lin, _ones
+
+ARCH = "gemma4"
+SPEC_DEFAULTS: dict[str, Any] = {}
 
 # arch_params: swa_period (every n-th layer is full attention; default 4, the 26B has 5 sliding : 1 full, so 6),
 # head_dim_full and n_head_kv_full (the full-attention layers' head size and KV heads; default those of the rest)
@@ -44,7 +41,7 @@ def swa_pattern(spec: ModelSpec) -> list[bool]:
     return [not ((il + 1) % every == 0 or il == spec.n_layer - 1) for il in range(spec.n_layer)]
 
 
-def _check(spec: ModelSpec) -> None:
+def validate(spec: ModelSpec) -> None:
     blk = BLOCK_ELEMS[spec.dense_type]
     for flag, width in (("--dense-ff", spec.n_ff), ("--embd", spec.n_embd)):
         if width % blk:
@@ -56,7 +53,7 @@ def _full(spec: ModelSpec) -> tuple[int, int]:
     return spec.param("head_dim_full", spec.head_dim), spec.param("n_head_kv_full", spec.n_head_kv)
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
+def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     a, u32, f32 = spec.arch, VT.UINT32, VT.FLOAT32
     hd_full, kv_full = _full(spec)
     pattern = swa_pattern(spec)
@@ -80,11 +77,11 @@ def kvs(spec: ModelSpec) -> list[KV]:
     if kv_full != spec.n_head_kv:  # as the published 26B: a per-layer array
         heads = [spec.n_head_kv if swa else kv_full for swa in pattern]
         out.append(KV(f"{a}.attention.head_count_kv", VT.ARRAY, heads, VT.INT32))
-    return out
+    return P.override(base, out)
 
 
 def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
-    d, dt, e, ff, fe = spec.n_embd, spec.dense_type, spec.n_expert, spec.n_ff, spec.n_ff_exp
+    d, dt, e, fe = spec.n_embd, spec.dense_type, spec.n_expert, spec.n_ff_exp
     hd, n_head_kv = (spec.head_dim, spec.n_head_kv) if swa else _full(spec)
     n_q, n_kv = spec.n_head * hd, n_head_kv * hd
     et = spec.expert_type
@@ -104,9 +101,7 @@ def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
         _ones(p + "layer_output_scale.weight", 1, il),
         # the dense MLP beside the experts (resident)
         _ones(p + "ffn_norm.weight", d, il),
-        _lin(p + "ffn_gate.weight", d, ff, dt, il, EXPERT_GAIN),
-        _lin(p + "ffn_up.weight", d, ff, dt, il, EXPERT_GAIN),
-        _lin(p + "ffn_down.weight", ff, d, dt, il, DOWN_GAIN),
+        *P.mlp(spec, il, spec.n_ff),
         _ones(p + "post_ffw_norm.weight", d, il),
         # the router (its input is rms_norm(attn_out) / sqrt(n_embd) * scale: the weight carries the sqrt back)
         TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN, layer=il),
@@ -123,12 +118,11 @@ def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
 
 
 def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    _check(spec)
-    ctrl = tuple(build_vocab(spec.n_vocab, specials_for(spec.arch, spec.chat_template)).control_ids)
     d = spec.n_embd
     # tied head: the control tokens' embedding rows are zero, so they never win greedy decoding
     # the graph scales the embeddings by sqrt(n_embd): the residual stream starts at RMS EMBD_STD
-    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), spec.dense_type, "normal", EMBD_STD / math.sqrt(d), ctrl)]
+    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), spec.dense_type, "normal", EMBD_STD / math.sqrt(d),
+                      P.control_ids(spec))]
     pattern = swa_pattern(spec)
     if not all(pattern):  # one rope_freqs for every full-attention layer (the loader's TENSOR_DUPLICATED)
         out.append(_ones("rope_freqs.weight", _full(spec)[0] // 2, -1))

@@ -48,7 +48,7 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
         out += _linear(spec, il) if G.is_recurrent(spec, il) else G.attention(spec, il)
         out += G.moe(spec, il)
         if il >= spec.n_layer:
-            out += G.nextn(spec, il)
+            out += P.nextn_block(spec, il)
     return G.mix(spec, out + P.output(spec))
 
 

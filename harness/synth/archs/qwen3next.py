@@ -26,7 +26,7 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
             out += G.attention(spec, il)
         out += G.moe(spec, il)
         if il >= spec.n_layer:
-            out += G.nextn(spec, il)
+            out += P.nextn_block(spec, il)
     return G.mix(spec, out + P.output(spec))
 
 
