@@ -6,6 +6,7 @@ asked to load the MTP head, yet they must be in the file)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from gguf.constants import GGUFValueType as VT
@@ -89,6 +90,21 @@ def moe(spec: ModelSpec, il: int) -> list[TensorPlan]:
         P.TensorPlan(f"blk.{il}.ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
         *P.mlp(spec, il, spec.n_ff_shexp, "_shexp"),
     ]
+
+
+def tensors(spec: ModelSpec, linear: Callable[[ModelSpec, int], list[TensorPlan]]) -> list[TensorPlan]:
+    """The whole file: every block (the trunk's, then the MTP ones) holds `linear(spec, il)` (the arch's gated delta
+    net) in its recurrent layers and full attention in the others, then the experts."""
+    d = spec.n_embd
+    out = [P.embedding(spec)]
+    for il in range(n_blocks(spec)):
+        p = f"blk.{il}."
+        out += [P._ones(p + "attn_norm.weight", d, il), P._ones(p + "post_attention_norm.weight", d, il)]
+        out += linear(spec, il) if is_recurrent(spec, il) else attention(spec, il)
+        out += moe(spec, il)
+        if il >= spec.n_layer:
+            out += P.nextn_block(spec, il)
+    return mix(spec, out + P.output(spec))
 
 
 def n_blocks(spec: ModelSpec) -> int:

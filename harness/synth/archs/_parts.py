@@ -19,6 +19,7 @@ from harness.synth.tensors import (
     OUTPUT_GAIN,
     ROUTER_BIAS_STD,
     ROUTER_GAIN,
+    SINK_STD,
     TensorPlan,
     _experts,
     _lin,
@@ -26,7 +27,8 @@ from harness.synth.tensors import (
     _vec,
 )
 
-__all__ = ["DOWN_GAIN", "EXPERT_GAIN", "KV", "ROUTER_BIAS_STD", "TensorPlan", "_experts", "_lin", "_ones", "_vec"]
+__all__ = ["DOWN_GAIN", "EXPERT_GAIN", "KV", "ROUTER_BIAS_STD", "ROUTER_GAIN", "SINK_STD", "TensorPlan", "_experts",
+           "_lin", "_ones", "_vec"]
 
 GATING_SIGMOID = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 
@@ -139,6 +141,12 @@ def boolean(key: str, value: bool) -> KV:
 
 def u32_array(key: str, values: list[int]) -> KV:
     return KV(key, VT.ARRAY, [int(v) for v in values], VT.UINT32)
+
+
+def experts_ff_kvs(spec: ModelSpec) -> list[KV]:
+    """The experts' width as expert_feed_forward_length and as feed_forward_length (the archs that read it there)."""
+    a = spec.arch
+    return [u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp), u32(f"{a}.feed_forward_length", spec.n_ff_exp)]
 
 
 def lead_kvs(spec: ModelSpec, n_lead: int) -> list[KV]:

@@ -23,13 +23,6 @@ from harness.synth.archs import _parts as P
 from harness.synth.archs import param
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
-from harness.synth.tensors import (
-    TensorPlan,
-    _experts,
-    _lin,
-    _ones,
-    _vec,
-)
 
 ARCH = "bailingmoe3"
 SPEC_DEFAULTS: dict[str, Any] = {}
@@ -81,57 +74,57 @@ def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     ])
 
 
-def _kda(spec: ModelSpec, p: str, il: int) -> list[TensorPlan]:
+def _kda(spec: ModelSpec, p: str, il: int) -> list[P.TensorPlan]:
     d, dt, hd = spec.n_embd, spec.dense_type, _p(spec, "kda_head_dim")
     inner, kc = hd * spec.n_head, _p(spec, "conv_kernel")
-    conv = [TensorPlan(p + f"ssm_conv1d_{x}.weight", (kc, 1, inner), "f32", "normal", 1.0 / math.sqrt(kc), layer=il)
+    conv = [P.TensorPlan(p + f"ssm_conv1d_{x}.weight", (kc, 1, inner), "f32", "normal", 1.0 / math.sqrt(kc), layer=il)
             for x in "qkv"]
     return [
         *conv,
-        _lin(p + "attn_q.weight", d, inner, dt, il),
-        _lin(p + "attn_k.weight", d, inner, dt, il),
-        _lin(p + "attn_v.weight", d, inner, dt, il),
-        _lin(p + "ssm_f_a.weight", d, inner, dt, il),
-        _lin(p + "ssm_beta.weight", d, spec.n_head, dt, il),
-        TensorPlan(p + "ssm_a", (1, spec.n_head), "f32", "one_plus", 0.25, layer=il),
-        _vec(p + "ssm_dt.bias", (inner,), 0.5, il),
-        _lin(p + "ssm_g_a.weight", d, inner, dt, il),
-        _ones(p + "ssm_norm.weight", hd, il),
-        _lin(p + "attn_output.weight", inner, d, dt, il),
+        P._lin(p + "attn_q.weight", d, inner, dt, il),
+        P._lin(p + "attn_k.weight", d, inner, dt, il),
+        P._lin(p + "attn_v.weight", d, inner, dt, il),
+        P._lin(p + "ssm_f_a.weight", d, inner, dt, il),
+        P._lin(p + "ssm_beta.weight", d, spec.n_head, dt, il),
+        P.TensorPlan(p + "ssm_a", (1, spec.n_head), "f32", "one_plus", 0.25, layer=il),
+        P._vec(p + "ssm_dt.bias", (inner,), 0.5, il),
+        P._lin(p + "ssm_g_a.weight", d, inner, dt, il),
+        P._ones(p + "ssm_norm.weight", hd, il),
+        P._lin(p + "attn_output.weight", inner, d, dt, il),
     ]
 
 
-def _mla(spec: ModelSpec, p: str, il: int) -> list[TensorPlan]:
+def _mla(spec: ModelSpec, p: str, il: int) -> list[P.TensorPlan]:
     d, dt, nh = spec.n_embd, spec.dense_type, spec.n_head
     lora, rope, nope, vd = (_p(spec, k) for k in ("kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim"))
     return [
-        _lin(p + "attn_q.weight", d, nh * (nope + rope), dt, il),
-        _lin(p + "attn_kv_a_mqa.weight", d, lora + rope, dt, il),
-        _ones(p + "attn_kv_a_norm.weight", lora, il),
-        TensorPlan(p + "attn_k_b.weight", (nope, lora, nh), "f32", "normal", 1.0 / math.sqrt(nope), layer=il),
-        TensorPlan(p + "attn_v_b.weight", (lora, vd, nh), "f32", "normal", 1.0 / math.sqrt(lora), layer=il),
-        _lin(p + "attn_gate.weight", d, nh, dt, il),
-        _lin(p + "attn_output.weight", nh * vd, d, dt, il),
+        P._lin(p + "attn_q.weight", d, nh * (nope + rope), dt, il),
+        P._lin(p + "attn_kv_a_mqa.weight", d, lora + rope, dt, il),
+        P._ones(p + "attn_kv_a_norm.weight", lora, il),
+        P.TensorPlan(p + "attn_k_b.weight", (nope, lora, nh), "f32", "normal", 1.0 / math.sqrt(nope), layer=il),
+        P.TensorPlan(p + "attn_v_b.weight", (lora, vd, nh), "f32", "normal", 1.0 / math.sqrt(lora), layer=il),
+        P._lin(p + "attn_gate.weight", d, nh, dt, il),
+        P._lin(p + "attn_output.weight", nh * vd, d, dt, il),
     ]
 
 
-def _layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
+def _layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
     d, p = spec.n_embd, f"blk.{il}."
-    out = [_ones(p + "attn_norm.weight", d, il)]
+    out = [P._ones(p + "attn_norm.weight", d, il)]
     out += _mla(spec, p, il) if is_mla(spec, il) else _kda(spec, p, il)
-    out.append(_ones(p + "ffn_norm.weight", d, il))
+    out.append(P._ones(p + "ffn_norm.weight", d, il))
     if il < _p(spec, "dense_lead"):
         return out + P.mlp(spec, il, spec.n_ff)
     ff_sh = spec.n_ff_exp * _p(spec, "shared_experts")
     return out + [
         P.router(spec, il),
         P.probs_bias(spec, il, 0.1),
-        *_experts(spec, il, spec.n_ff_exp),
+        *P._experts(spec, il, spec.n_ff_exp),
         *P.mlp(spec, il, ff_sh, "_shexp"),
     ]
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
     out = [P.embedding(spec), *P.output(spec)]
     for il in range(spec.n_layer):
         out += _layer(spec, il)

@@ -22,16 +22,6 @@ from harness.synth.archs import _parts as P
 from harness.synth.archs import param
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
-from harness.synth.tensors import (
-    DOWN_GAIN,
-    EXPERT_GAIN,
-    SINK_STD,
-    TensorPlan,
-    _experts,
-    _lin,
-    _ones,
-    _vec,
-)
 
 ARCH = "deepseek4"
 SPEC_DEFAULTS: dict[str, Any] = {}
@@ -93,7 +83,7 @@ def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     ])
 
 
-def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
+def _layer(spec: ModelSpec, il: int, ratio: int) -> list[P.TensorPlan]:
     d, dt, hd, e = spec.n_embd, spec.dense_type, spec.head_dim, spec.n_expert
     ql, ol, og = _p(spec, "q_lora_rank"), _p(spec, "o_lora_rank"), _p(spec, "o_groups")
     ih, ihd = _p(spec, "indexer_heads"), _p(spec, "indexer_head_dim")
@@ -101,64 +91,64 @@ def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
     hc_dim = HC * d
     p = f"blk.{il}."
     out = [
-        _ones(p + "attn_norm.weight", d, il),
-        _vec(p + "attn_sinks.weight", (spec.n_head,), SINK_STD, il),
-        _lin(p + "attn_q_a.weight", d, ql, dt, il),
-        _ones(p + "attn_q_a_norm.weight", ql, il),
-        _lin(p + "attn_q_b.weight", ql, spec.n_head * hd, dt, il),
-        _lin(p + "attn_kv.weight", d, hd, dt, il),
-        _ones(p + "attn_kv_a_norm.weight", hd, il),
+        P._ones(p + "attn_norm.weight", d, il),
+        P._vec(p + "attn_sinks.weight", (spec.n_head,), P.SINK_STD, il),
+        P._lin(p + "attn_q_a.weight", d, ql, dt, il),
+        P._ones(p + "attn_q_a_norm.weight", ql, il),
+        P._lin(p + "attn_q_b.weight", ql, spec.n_head * hd, dt, il),
+        P._lin(p + "attn_kv.weight", d, hd, dt, il),
+        P._ones(p + "attn_kv_a_norm.weight", hd, il),
         # as the file holds it: {n_head*hd/o_groups, o_lora*o_groups} (the loader reshapes it to 3-D)
-        _lin(p + "attn_output_a.weight", spec.n_head * hd // og, ol * og, dt, il),
-        _lin(p + "attn_output_b.weight", og * ol, d, dt, il),
-        _lin(p + "hc_attn_fn.weight", hc_dim, HC_MIX, "f32", il),
-        _vec(p + "hc_attn_base.weight", (HC_MIX,), 0.1, il),
-        _ones(p + "hc_attn_scale.weight", 3, il),
-        _lin(p + "hc_ffn_fn.weight", hc_dim, HC_MIX, "f32", il),
-        _vec(p + "hc_ffn_base.weight", (HC_MIX,), 0.1, il),
-        _ones(p + "hc_ffn_scale.weight", 3, il),
+        P._lin(p + "attn_output_a.weight", spec.n_head * hd // og, ol * og, dt, il),
+        P._lin(p + "attn_output_b.weight", og * ol, d, dt, il),
+        P._lin(p + "hc_attn_fn.weight", hc_dim, HC_MIX, "f32", il),
+        P._vec(p + "hc_attn_base.weight", (HC_MIX,), 0.1, il),
+        P._ones(p + "hc_attn_scale.weight", 3, il),
+        P._lin(p + "hc_ffn_fn.weight", hc_dim, HC_MIX, "f32", il),
+        P._vec(p + "hc_ffn_base.weight", (HC_MIX,), 0.1, il),
+        P._ones(p + "hc_ffn_scale.weight", 3, il),
     ]
     if ratio:
         coff = 2 if ratio == 4 else 1
         out += [
-            _lin(p + "attn_compressor_kv.weight", d, coff * hd, dt, il),
-            _lin(p + "attn_compressor_gate.weight", d, coff * hd, dt, il),
-            _vec(p + "attn_compressor_ape.weight", (coff * hd, ratio), 0.1, il),
-            _ones(p + "attn_compressor_norm.weight", hd, il),
+            P._lin(p + "attn_compressor_kv.weight", d, coff * hd, dt, il),
+            P._lin(p + "attn_compressor_gate.weight", d, coff * hd, dt, il),
+            P._vec(p + "attn_compressor_ape.weight", (coff * hd, ratio), 0.1, il),
+            P._ones(p + "attn_compressor_norm.weight", hd, il),
         ]
         if ratio == 4:
             out += [
-                _lin(p + "indexer.proj.weight", d, ih, dt, il),
-                _lin(p + "indexer.attn_q_b.weight", ql, ih * ihd, dt, il),
-                _lin(p + "indexer_compressor_kv.weight", d, 2 * ihd, dt, il),
-                _lin(p + "indexer_compressor_gate.weight", d, 2 * ihd, dt, il),
-                _vec(p + "indexer_compressor_ape.weight", (2 * ihd, ratio), 0.1, il),
-                _ones(p + "indexer_compressor_norm.weight", ihd, il),
+                P._lin(p + "indexer.proj.weight", d, ih, dt, il),
+                P._lin(p + "indexer.attn_q_b.weight", ql, ih * ihd, dt, il),
+                P._lin(p + "indexer_compressor_kv.weight", d, 2 * ihd, dt, il),
+                P._lin(p + "indexer_compressor_gate.weight", d, 2 * ihd, dt, il),
+                P._vec(p + "indexer_compressor_ape.weight", (2 * ihd, ratio), 0.1, il),
+                P._ones(p + "indexer_compressor_norm.weight", ihd, il),
             ]
     out.append(P.router(spec, il))
     if il < _p(spec, "hash_layers"):  # token id -> its k experts
-        out.append(TensorPlan(p + "ffn_gate_tid2eid.weight", (spec.n_expert_used, spec.n_vocab), "i32",
+        out.append(P.TensorPlan(p + "ffn_gate_tid2eid.weight", (spec.n_expert_used, spec.n_vocab), "i32",
                               "expert_ids", float(e), layer=il))
     else:
         out.append(P.probs_bias(spec, il, 0.1))
-    out.append(_ones(p + "ffn_norm.weight", d, il))
-    out += _experts(spec, il, spec.n_ff_exp)
+    out.append(P._ones(p + "ffn_norm.weight", d, il))
+    out += P._experts(spec, il, spec.n_ff_exp)
     out += [
-        _lin(p + "ffn_gate_shexp.weight", d, ff_sh, dt, il, EXPERT_GAIN),
-        _lin(p + "ffn_down_shexp.weight", ff_sh, d, dt, il, DOWN_GAIN),
-        _lin(p + "ffn_up_shexp.weight", d, ff_sh, dt, il, EXPERT_GAIN),
+        P._lin(p + "ffn_gate_shexp.weight", d, ff_sh, dt, il, P.EXPERT_GAIN),
+        P._lin(p + "ffn_down_shexp.weight", ff_sh, d, dt, il, P.DOWN_GAIN),
+        P._lin(p + "ffn_up_shexp.weight", d, ff_sh, dt, il, P.EXPERT_GAIN),
     ]
     return out
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
     d = spec.n_embd
     out = [
         P.embedding(spec),
         *P.output(spec),
-        _lin("output_hc_fn.weight", HC * d, HC, "f32", -1),
-        _vec("output_hc_base.weight", (HC,), 0.1, -1),
-        _ones("output_hc_scale.weight", 1, -1),
+        P._lin("output_hc_fn.weight", HC * d, HC, "f32", -1),
+        P._vec("output_hc_base.weight", (HC,), 0.1, -1),
+        P._ones("output_hc_scale.weight", 1, -1),
     ]
     for il, ratio in enumerate(compress_ratios(spec)):
         out += _layer(spec, il, ratio)

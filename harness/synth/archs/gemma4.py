@@ -19,7 +19,6 @@ from harness.errors import UserError
 from harness.synth.archs import _parts as P
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import BLOCK_ELEMS, ModelSpec
-from harness.synth.tensors import DOWN_GAIN, EXPERT_GAIN, ROUTER_GAIN, TensorPlan, _lin, _ones
 
 ARCH = "gemma4"
 SPEC_DEFAULTS: dict[str, Any] = {}
@@ -80,7 +79,7 @@ def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     return P.override(base, out)
 
 
-def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
+def _layer(spec: ModelSpec, il: int, swa: bool) -> list[P.TensorPlan]:
     d, dt, e, fe = spec.n_embd, spec.dense_type, spec.n_expert, spec.n_ff_exp
     hd, n_head_kv = (spec.head_dim, spec.n_head_kv) if swa else _full(spec)
     n_q, n_kv = spec.n_head * hd, n_head_kv * hd
@@ -88,45 +87,45 @@ def _layer(spec: ModelSpec, il: int, swa: bool) -> list[TensorPlan]:
     init = "normal" if et == "f32" else "blocks"
     p = f"blk.{il}."
     # full-attention layers have no attn_v (V = K, the loader's "alternative attention"), as the published files
-    attn_v = [_lin(p + "attn_v.weight", d, n_kv, dt, il)] if swa else []
+    attn_v = [P._lin(p + "attn_v.weight", d, n_kv, dt, il)] if swa else []
     return [
-        _ones(p + "attn_norm.weight", d, il),
-        _lin(p + "attn_q.weight", d, n_q, dt, il),
-        _lin(p + "attn_k.weight", d, n_kv, dt, il),
+        P._ones(p + "attn_norm.weight", d, il),
+        P._lin(p + "attn_q.weight", d, n_q, dt, il),
+        P._lin(p + "attn_k.weight", d, n_kv, dt, il),
         *attn_v,
-        _lin(p + "attn_output.weight", n_q, d, dt, il),
-        _ones(p + "attn_q_norm.weight", hd, il),
-        _ones(p + "attn_k_norm.weight", hd, il),
-        _ones(p + "post_attention_norm.weight", d, il),
-        _ones(p + "layer_output_scale.weight", 1, il),
+        P._lin(p + "attn_output.weight", n_q, d, dt, il),
+        P._ones(p + "attn_q_norm.weight", hd, il),
+        P._ones(p + "attn_k_norm.weight", hd, il),
+        P._ones(p + "post_attention_norm.weight", d, il),
+        P._ones(p + "layer_output_scale.weight", 1, il),
         # the dense MLP beside the experts (resident)
-        _ones(p + "ffn_norm.weight", d, il),
+        P._ones(p + "ffn_norm.weight", d, il),
         *P.mlp(spec, il, spec.n_ff),
-        _ones(p + "post_ffw_norm.weight", d, il),
+        P._ones(p + "post_ffw_norm.weight", d, il),
         # the router (its input is rms_norm(attn_out) / sqrt(n_embd) * scale: the weight carries the sqrt back)
-        TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN, layer=il),
-        _ones(p + "ffn_gate_inp.scale", d, il),
-        _ones(p + "pre_ffw_norm_2.weight", d, il),
-        _ones(p + "post_ffw_norm_1.weight", d, il),
-        _ones(p + "post_ffw_norm_2.weight", d, il),
-        TensorPlan(p + "ffn_gate_up_exps.weight", (d, 2 * fe, e), et, init, EXPERT_GAIN / math.sqrt(d), (), il,
+        P.TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", P.ROUTER_GAIN, layer=il),
+        P._ones(p + "ffn_gate_inp.scale", d, il),
+        P._ones(p + "pre_ffw_norm_2.weight", d, il),
+        P._ones(p + "post_ffw_norm_1.weight", d, il),
+        P._ones(p + "post_ffw_norm_2.weight", d, il),
+        P.TensorPlan(p + "ffn_gate_up_exps.weight", (d, 2 * fe, e), et, init, P.EXPERT_GAIN / math.sqrt(d), (), il,
                    "gate_up"),
-        TensorPlan(p + "ffn_down_exps.weight", (fe, d, e), spec.down_type,
-                   "normal" if spec.down_type == "f32" else "blocks", DOWN_GAIN / math.sqrt(fe), (), il, "down"),
-        TensorPlan(p + "ffn_down_exps.scale", (e,), "f32", "one_plus", DOWN_SCALE_STD, layer=il),
+        P.TensorPlan(p + "ffn_down_exps.weight", (fe, d, e), spec.down_type,
+                   "normal" if spec.down_type == "f32" else "blocks", P.DOWN_GAIN / math.sqrt(fe), (), il, "down"),
+        P.TensorPlan(p + "ffn_down_exps.scale", (e,), "f32", "one_plus", DOWN_SCALE_STD, layer=il),
     ]
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
     d = spec.n_embd
     # tied head: the control tokens' embedding rows are zero, so they never win greedy decoding
     # the graph scales the embeddings by sqrt(n_embd): the residual stream starts at RMS EMBD_STD
-    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), spec.dense_type, "normal", EMBD_STD / math.sqrt(d),
+    out = [P.TensorPlan("token_embd.weight", (d, spec.n_vocab), spec.dense_type, "normal", EMBD_STD / math.sqrt(d),
                       P.control_ids(spec))]
     pattern = swa_pattern(spec)
     if not all(pattern):  # one rope_freqs for every full-attention layer (the loader's TENSOR_DUPLICATED)
-        out.append(_ones("rope_freqs.weight", _full(spec)[0] // 2, -1))
+        out.append(P._ones("rope_freqs.weight", _full(spec)[0] // 2, -1))
     for il in range(spec.n_layer):
         out += _layer(spec, il, pattern[il])
-    out.append(_ones("output_norm.weight", d, -1))
+    out.append(P._ones("output_norm.weight", d, -1))
     return out

@@ -14,9 +14,8 @@ SPEC_DEFAULTS: dict[str, Any] = {}
 
 def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
     a = ARCH
-    return P.override(base, [P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
-                             P.u32(f"{a}.feed_forward_length", spec.n_ff_exp), P.f32(f"{a}.logit_scale", 1.0),
-                             P.f32(f"{a}.residual_scale", 1.0), P.f32(f"{a}.embedding_scale", 1.0)])
+    scales = [P.f32(f"{a}.{k}_scale", 1.0) for k in ("logit", "residual", "embedding")]
+    return P.override(base, [*P.experts_ff_kvs(spec), *scales])
 
 
 def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:

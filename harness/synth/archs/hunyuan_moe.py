@@ -14,9 +14,7 @@ SPEC_DEFAULTS: dict[str, Any] = {}
 
 def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
     a = ARCH
-    return P.override(base, [P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
-                             P.u32(f"{a}.feed_forward_length", spec.n_ff_exp),
-                             P.u32(f"{a}.expert_shared_feed_forward_length", spec.n_ff_shexp)])
+    return P.override(base, [*P.experts_ff_kvs(spec), P.u32(f"{a}.expert_shared_feed_forward_length", spec.n_ff_shexp)])
 
 
 def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:

@@ -16,9 +16,7 @@ SCALE_STD = 1.0
 
 def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
     a = ARCH
-    return P.override(base, [P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
-                             P.u32(f"{a}.feed_forward_length", spec.n_ff_exp),
-                             P.u32(f"{a}.rope.dimension_count", spec.head_dim)])
+    return P.override(base, [*P.experts_ff_kvs(spec), P.u32(f"{a}.rope.dimension_count", spec.head_dim)])
 
 
 def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
