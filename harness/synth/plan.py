@@ -11,9 +11,10 @@ from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
+from harness.synth.archs._generic import plan_tensors
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
 from harness.synth.spec import ModelSpec, arch_module, validate
-from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
+from harness.synth.tensors import GGML_TYPE_ID, TensorPlan
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
 FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38, "q5_0": 8, "iq2_s": 28,

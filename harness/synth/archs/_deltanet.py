@@ -82,16 +82,6 @@ def linear_common(spec: ModelSpec, il: int) -> list[TensorPlan]:
     ]
 
 
-def moe(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    """Routed experts and the shared expert with its one-logit sigmoid gate."""
-    d = spec.n_embd
-    return [
-        *P.routed(spec, il),
-        P.TensorPlan(f"blk.{il}.ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
-        *P.mlp(spec, il, spec.n_ff_shexp, "_shexp"),
-    ]
-
-
 def tensors(spec: ModelSpec, linear: Callable[[ModelSpec, int], list[TensorPlan]]) -> list[TensorPlan]:
     """The whole file: every block (the trunk's, then the MTP ones) holds `linear(spec, il)` (the arch's gated delta
     net) in its recurrent layers and full attention in the others, then the experts."""
@@ -101,7 +91,7 @@ def tensors(spec: ModelSpec, linear: Callable[[ModelSpec, int], list[TensorPlan]
         p = f"blk.{il}."
         out += [P._ones(p + "attn_norm.weight", d, il), P._ones(p + "post_attention_norm.weight", d, il)]
         out += linear(spec, il) if is_recurrent(spec, il) else attention(spec, il)
-        out += moe(spec, il)
+        out += P.gated_shared_moe(spec, il)
         if il >= spec.n_layer:
             out += P.nextn_block(spec, il)
     return mix(spec, out + P.output(spec))

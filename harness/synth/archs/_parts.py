@@ -108,6 +108,16 @@ def mlp(spec: ModelSpec, il: int, width: int, suffix: str = "") -> list[TensorPl
     ]
 
 
+def gated_shared_moe(spec: ModelSpec, il: int) -> list[TensorPlan]:
+    """The router and routed experts, then a shared expert (n_ff_shexp wide) with its one-logit sigmoid gate."""
+    d = spec.n_embd
+    return [
+        *routed(spec, il),
+        TensorPlan(f"blk.{il}.ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
+        *mlp(spec, il, spec.n_ff_shexp, "_shexp"),
+    ]
+
+
 def lead_dense_ffn(spec: ModelSpec, il: int, n_lead: int, shared_width: int) -> list[TensorPlan]:
     """The FFN of the DeepSeek-style layouts: a dense SwiGLU MLP (n_ff) in the first `n_lead` blocks, else
     exp_probs_b, the router and routed experts, and a shared expert `shared_width` wide."""
