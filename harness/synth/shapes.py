@@ -47,56 +47,6 @@ _GPT_OSS = dict(
     n_swa=128,
 )
 
-# Gemma-4-26B-A4B (llama.cpp arch "gemma4"), from the published GGUF's metadata (bartowski's
-# google_gemma-4-26B-A4B-it-Q4_K_M.gguf: 30 layers, 2816 wide, 128 experts top-8 of 704, a 2112-wide dense MLP,
-# 16 query heads; sliding layers 8 KV heads of 256, every 6th layer full attention with 2 KV heads of 512 and no
-# attn_v; a 1024-token window; 262144-token vocab, tied head). Types as that Q4_K_M file's bulk: gate_up Q4_K; down
-# (704-wide rows, no multiple of 256) falls back to Q5_0 as llama.cpp's quantiser does; dense weights Q8_0.
-_GEMMA4_26B = dict(
-    arch="gemma4",
-    n_layer=30,
-    n_expert=128,
-    n_expert_used=8,
-    n_embd=2816,
-    n_ff_exp=704,
-    n_ff=2112,
-    n_head=16,
-    n_head_kv=8,
-    head_dim=256,
-    n_vocab=262144,
-    ctx_len=262144,
-    n_swa=1024,
-    expert_type="q4_k",
-    expert_down_type="q5_0",
-    dense_type="q8_0",
-    arch_params=(("swa_period", 6), ("head_dim_full", 512), ("n_head_kv_full", 2)),
-)
-
-# DeepSeek-V4-Flash (llama.cpp arch "deepseek4"; 284B total, 13B active), for --dry-run sizing only (~91 GB does not
-# fit this disk): 43 layers, 4096 wide, 256 experts top-6 of 2048 plus one shared, 64 heads of 512 (RoPE on 64),
-# q and o low-rank 1024 with 8 output groups, a 64-head indexer of 128, 3 hash-routed layers, a 128-token window,
-# 129280-token vocab. Compared with unsloth's DeepSeek-V4-Flash-0731-UD-IQ2_M (3 shards, 90,926,928,288 bytes):
-# routed experts IQ2_S (the IQ2_M scheme's bulk type, 2.56 bits per weight), dense weights Q4_K.
-_DEEPSEEK_V4_FLASH = dict(
-    arch="deepseek4",
-    n_layer=43,
-    n_expert=256,
-    n_expert_used=6,
-    n_embd=4096,
-    n_ff_exp=2048,
-    n_head=64,
-    n_head_kv=1,
-    head_dim=512,
-    n_vocab=129280,
-    ctx_len=1048576,
-    n_swa=128,
-    expert_type="iq2_s",
-    dense_type="q4_k",
-    arch_params=(("q_lora_rank", 1024), ("o_lora_rank", 1024), ("o_groups", 8), ("rope_dim", 64),
-                 ("indexer_heads", 64), ("indexer_head_dim", 128), ("indexer_top_k", 512), ("hash_layers", 3),
-                 ("shared_experts", 1)),
-)
-
 # per-arch defaults, under a shape's own fields and explicit flags: gpt-oss's experts are MXFP4 and its RoPE is
 # YaRN-scaled, whatever the size
 ARCH_DEFAULTS: dict[str, dict[str, object]] = {
@@ -131,12 +81,10 @@ SHAPES: dict[str, dict[str, object]] = {
     "qwen3-30b-a3b": _QWEN3_30B,
     "gpt-oss-20b": {**_GPT_OSS, "n_layer": 24, "n_expert": 32},
     "gpt-oss-120b": {**_GPT_OSS, "n_layer": 36, "n_expert": 128},
-    "gemma-4-26b-a4b": _GEMMA4_26B,
-    "deepseek-v4-flash": _DEEPSEEK_V4_FLASH,
 }
 
 
-# the real shapes of archs laid out by their own modules (harness.synth.archs), e.g. qwen3.6-35b-a3b
+# the real shapes of archs laid out by their own modules (harness.synth.archs), e.g. gemma-4-26b-a4b
 SHAPES.update({k: v for k, v in archs.shapes().items() if k not in SHAPES})
 
 

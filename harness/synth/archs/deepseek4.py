@@ -25,6 +25,20 @@ from harness.synth.spec import ModelSpec
 
 ARCH = "deepseek4"
 SPEC_DEFAULTS: dict[str, Any] = {}
+# DeepSeek-V4-Flash (284B total, 13B active), for --dry-run sizing only (~91 GB does not fit this disk): 43 layers,
+# 4096 wide, 256 experts top-6 of 2048 plus one shared, 64 heads of 512 (RoPE on 64), q and o low-rank 1024 with 8
+# output groups, a 64-head indexer of 128, 3 hash-routed layers, a 128-token window, 129280-token vocab. Compared
+# with unsloth's DeepSeek-V4-Flash-0731-UD-IQ2_M (3 shards, 90,926,928,288 bytes): routed experts IQ2_S (the IQ2_M
+# scheme's bulk type, 2.56 bits per weight), dense weights Q4_K.
+SHAPES = {
+    "deepseek-v4-flash": dict(
+        n_layer=43, n_expert=256, n_expert_used=6, n_embd=4096, n_ff_exp=2048, n_head=64, n_head_kv=1, head_dim=512,
+        n_vocab=129280, ctx_len=1048576, n_swa=128, expert_type="iq2_s", dense_type="q4_k",
+        arch_params=(("q_lora_rank", 1024), ("o_lora_rank", 1024), ("o_groups", 8), ("rope_dim", 64),
+                     ("indexer_heads", 64), ("indexer_head_dim", 128), ("indexer_top_k", 512), ("hash_layers", 3),
+                     ("shared_experts", 1)),
+    ),
+}
 PARAMS: dict[str, int] = dict(q_lora_rank=128, o_lora_rank=64, o_groups=2, rope_dim=16, indexer_heads=2,
                               indexer_head_dim=64, indexer_top_k=16, hash_layers=2, shared_experts=1)
 HC = 4  # hyper-connection copies: llama.cpp's graph asserts 4

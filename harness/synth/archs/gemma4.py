@@ -22,6 +22,18 @@ from harness.synth.spec import BLOCK_ELEMS, ModelSpec
 
 ARCH = "gemma4"
 SPEC_DEFAULTS: dict[str, Any] = {}
+# Gemma-4-26B-A4B, from the published GGUF's metadata (bartowski's google_gemma-4-26B-A4B-it-Q4_K_M.gguf: 30 layers,
+# 2816 wide, 128 experts top-8 of 704, a 2112-wide dense MLP, 16 query heads; sliding layers 8 KV heads of 256,
+# every 6th layer full attention with 2 KV heads of 512 and no attn_v; a 1024-token window; 262144-token vocab, tied
+# head). Types as that Q4_K_M file's bulk: gate_up Q4_K; down (704-wide rows, no multiple of 256) falls back to Q5_0
+# as llama.cpp's quantiser does; dense weights Q8_0.
+SHAPES = {
+    "gemma-4-26b-a4b": dict(
+        n_layer=30, n_expert=128, n_expert_used=8, n_embd=2816, n_ff_exp=704, n_ff=2112, n_head=16, n_head_kv=8,
+        head_dim=256, n_vocab=262144, ctx_len=262144, n_swa=1024, expert_type="q4_k", expert_down_type="q5_0",
+        dense_type="q8_0", arch_params=(("swa_period", 6), ("head_dim_full", 512), ("n_head_kv_full", 2)),
+    ),
+}
 
 # arch_params: swa_period (every n-th layer is full attention; default 4, the 26B has 5 sliding : 1 full, so 6),
 # head_dim_full and n_head_kv_full (the full-attention layers' head size and KV heads; default those of the rest)
