@@ -28,6 +28,8 @@ class ModelSpec:
     """A synthetic model. Same spec (seed included) -> byte-identical file(s)."""
 
     arch: str = "qwen3moe"
+    # blocks, except that qwen35moe/qwen3next count the trunk only and add their MTP blocks (block_count = n_layer +
+    # n_nextn) while glm4moe counts its nextn layer (the last of n_layer); the synthetic files' names carry n_layer
     n_layer: int = 4
     n_expert: int = 8
     n_expert_used: int = 2
