@@ -81,7 +81,7 @@ def arch_module(arch: str):
 
 
 def all_archs() -> tuple[str, ...]:
-    """The archs the writer lays out: those of tensors.py, then those with a module of their own."""
+    """The archs the writer lays out: those of archs/_generic.py, then those with a module of their own."""
     from harness.synth import archs
 
     return ARCHS + tuple(a for a in archs.names() if a not in ARCHS)

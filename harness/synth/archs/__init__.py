@@ -20,7 +20,7 @@ def _module_name(arch: str) -> str:
 
 
 def find(arch: str) -> ModuleType | None:
-    """The layout module of `arch`, or None when the arch has none (then tensors.py lays it out)."""
+    """The layout module of `arch`, or None when the arch has none (then archs/_generic.py lays it out)."""
     if not arch or not arch.replace("-", "_").isidentifier():
         return None
     name = _module_name(arch)

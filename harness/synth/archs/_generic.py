@@ -1,10 +1,14 @@
-"""The tensors of the archs without a module of their own (qwen3moe, qwen2moe, gpt-oss, qwen3 and olmoe), and
-`plan_tensors`, every arch's tensor list (pure). The set must be exactly what llama.cpp's loader creates for the
-arch (an extra tensor is fatal)."""
+"""The layout of the archs without a module of their own (qwen3moe, qwen2moe, gpt-oss, qwen3 and olmoe), in the
+arch modules' convention (`tensors`, `kvs`), and `layout(arch)`, the module that lays out an arch (pure). The
+tensor set must be exactly what llama.cpp's loader creates for the arch (an extra tensor is fatal)."""
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
+
 from harness.synth.archs import _parts as P
+from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec, arch_module
 from harness.synth.tensors import EXPERT_BIAS_STD, ROUTER_BIAS_STD, SINK_STD, TensorPlan, _lin, _ones, _vec
 
@@ -53,7 +57,27 @@ def _layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
     return out + (P.gated_shared_moe(spec, il) if spec.arch == "qwen2moe" else P.routed(spec, il))
 
 
-def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
-    """Every tensor of the spec's model, in file order."""
-    mod = arch_module(spec.arch)
-    return mod.tensors(spec) if mod is not None else P.model_tensors(spec, _layer)
+def tensors(spec: ModelSpec) -> list[TensorPlan]:
+    return P.model_tensors(spec, _layer)
+
+
+def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
+    a, n_ff_exp = spec.arch, spec.n_ff_exp
+    if a == "qwen3":
+        own = [P.u32(f"{a}.feed_forward_length", spec.n_ff)]
+    elif a == "olmoe":
+        own = [P.u32(f"{a}.feed_forward_length", n_ff_exp)]
+    elif a == "gpt-oss":  # as the published files: both lengths, and the window (the alternation is llama.cpp's)
+        own = [P.u32(f"{a}.feed_forward_length", n_ff_exp), P.u32(f"{a}.expert_feed_forward_length", n_ff_exp),
+               P.u32(f"{a}.attention.sliding_window", spec.n_swa)]
+    else:
+        own = [P.u32(f"{a}.expert_feed_forward_length", n_ff_exp)]
+    out = P.after_model_keys(spec, base, own)
+    if a == "qwen2moe":
+        out = P.before_tokenizer(out, [P.u32(f"{a}.expert_shared_feed_forward_length", spec.n_ff_shexp)])
+    return out
+
+
+def layout(arch: str) -> ModuleType:
+    """The module that lays out `arch`: its own under harness.synth.archs, else this one."""
+    return arch_module(arch) or sys.modules[__name__]

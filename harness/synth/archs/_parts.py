@@ -186,8 +186,14 @@ def override(kvs: list[KV], own: list[KV]) -> list[KV]:
 def after_model_keys(spec: ModelSpec, base: list[KV], own: list[KV], drop: tuple[str, ...] = ()) -> list[KV]:
     """base with its model keys (those before the expert counts and the tokenizer) ending in `drop` removed and
     `own` placed after them."""
-    i = next(i for i, kv in enumerate(base) if kv.key == f"{spec.arch}.expert_count")
+    i = next(i for i, kv in enumerate(base) if kv.key == f"{spec.arch}.expert_count" or kv.key.startswith("tokenizer."))
     return without(base[:i], *drop) + own + base[i:]
+
+
+def before_tokenizer(base: list[KV], own: list[KV]) -> list[KV]:
+    """base with `own` placed before the tokenizer's keys."""
+    i = next(i for i, kv in enumerate(base) if kv.key.startswith("tokenizer."))
+    return base[:i] + own + base[i:]
 
 
 def more_bits(i: int, n: int) -> bool:
