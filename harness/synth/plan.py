@@ -1,6 +1,6 @@
-"""The full plan of a synthetic model (pure): its tensors and keys (the arch's layout module in harness.synth.archs), the metadata, the split into shards
-and each tensor's place in its shard. Writing follows the plan byte for byte, so sizes and expert offsets are
-known without writing anything."""
+"""The full plan of a synthetic model (pure): its tensors and metadata (the common keys here, the arch's own from
+its layout module in harness.synth.archs), the split into shards and each tensor's place in its shard. Writing
+follows the plan byte for byte, so sizes and expert offsets are known without writing anything."""
 
 from __future__ import annotations
 
