@@ -6,9 +6,8 @@ from pathlib import Path
 
 import typer
 
-from harness.synth import make_model, plan_model
+from harness.synth import archs, make_model, plan_model
 from harness.synth.shapes import SHAPES, shape_spec
-from harness.synth.spec import MODULE_ARCHS
 from harness.synth.tokenizer import TEMPLATES
 from harness.synth.writer import check_outputs
 
@@ -30,7 +29,7 @@ def make_model_cmd(
     ),
     arch: str | None = typer.Option(
         None, "--arch", help=f"qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe, "
-        f"{', '.join(MODULE_ARCHS)}."
+        f"{', '.join(archs.names())}."
     ),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers."),
     experts: int | None = typer.Option(None, "--experts", help="Routed experts per layer."),

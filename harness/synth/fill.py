@@ -19,11 +19,16 @@ CHUNK_BYTES = 8 << 20  # upper bound on one generated chunk (plus the float32 wo
 
 # RMS of a random value in a random block, in units of the block scale d:
 # Q8_0: q uniform on [-128, 127]; Q4_K: d*sc*q - dmin*m with sc, m uniform 6-bit, q uniform 4-bit and
-# dmin = 7.5*d so that the mean is zero (see _q4k_blocks).
+# dmin = 7.5*d so that the mean is zero (see _SCALED).
 _Q8_RMS = float(np.sqrt((256**2 - 1) / 12 + 0.25))
 _Q5_0_RMS = float(np.sqrt((32**2 - 1) / 12 + 0.25))  # (q - 16) for q uniform on 0..31
 _Q4K_DMIN_RATIO = 7.5
 _Q4K_RMS = float(np.sqrt((63 * 127 / 6) * (15 * 31 / 6) - (31.5 * 7.5) ** 2 + 7.5**2 * (64**2 - 1) / 12))
+# Q5_K: as Q4_K with 5-bit quants (q uniform on 0..31) and dmin = 15.5*d for a zero mean. Q6_K: int8 sub-block
+# scales sc, 6-bit quants q, value d*sc*(q - 32).
+_Q5K_DMIN_RATIO = 15.5
+_Q5K_RMS = float(np.sqrt((63 * 127 / 6) * (31 * 63 / 6) - (31.5 * 15.5) ** 2 + 15.5**2 * (64**2 - 1) / 12))
+_Q6K_RMS = float(np.sqrt(((256**2 - 1) / 12 + 0.25) * ((64**2 - 1) / 12 + 0.25)))
 
 
 # MXFP4 (block_mxfp4: one E8M0 exponent byte e, then 32 4-bit E2M1 codes): value = code_value * 2^(e - 128), with
@@ -50,54 +55,36 @@ def _random_bytes(rng: np.random.Generator, n: int) -> np.ndarray:
     return raw.view(np.uint8)[:n]
 
 
-def _scales(rng: np.random.Generator, n: int, d: float) -> np.ndarray:
-    """n block scales around d (+-25%), as f16 bytes (n, 2)."""
-    return (rng.uniform(0.75, 1.25, n) * d).astype("<f2").view(np.uint8).reshape(n, 2)
+# Random blocks of a type with one f16 scale d per block (and, for the K-quants with mins, an f16 dmin right
+# after it): dtype -> (the RMS of a value in units of d, the byte offset of d, dmin / d or 0 for none). Every bit
+# pattern of the other bytes is valid, so they are plain random bytes.
+#   block_q8_0: f16 d, 32 int8 quants
+#   block_q5_0: f16 d, 4 bytes of high bits, 16 bytes of low nibbles; value = d * (q - 16)
+#   block_q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales/mins, 128 bytes of 4-bit quants
+#   block_q5_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 32 bytes of high bits, 128 of low nibbles
+#   block_q6_K: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, then f16 d (last)
+_SCALED: dict[str, tuple[float, int, float]] = {
+    "q8_0": (_Q8_RMS, 0, 0.0),
+    "q5_0": (_Q5_0_RMS, 0, 0.0),
+    "q4_k": (_Q4K_RMS, 0, _Q4K_DMIN_RATIO),
+    "q5_k": (_Q5K_RMS, 0, _Q5K_DMIN_RATIO),
+    "q6_k": (_Q6K_RMS, 208, 0.0),
+}
 
 
-def _q8_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
-    blocks = _random_bytes(rng, n_blocks * 34).reshape(n_blocks, 34)
-    blocks[:, 0:2] = _scales(rng, n_blocks, std / _Q8_RMS)
-    return blocks
+def _f16_bytes(x: np.ndarray) -> np.ndarray:
+    return x.astype("<f2").view(np.uint8).reshape(len(x), 2)
 
 
-def _q5_0_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
-    # block_q5_0: f16 d, 4 bytes of high bits, 16 bytes of low nibbles; value = d * (q - 16)
-    blocks = _random_bytes(rng, n_blocks * 22).reshape(n_blocks, 22)
-    blocks[:, 0:2] = _scales(rng, n_blocks, std / _Q5_0_RMS)
-    return blocks
-
-
-def _q4k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
-    # block_q4_K: f16 d, f16 dmin, 12 bytes of packed 6-bit scales/mins, 128 bytes of 4-bit quants.
-    # Every bit pattern of the last 140 bytes is valid, so they are plain random bytes.
-    blocks = _random_bytes(rng, n_blocks * 144).reshape(n_blocks, 144)
-    d = rng.uniform(0.75, 1.25, n_blocks) * (std / _Q4K_RMS)
-    blocks[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
-    blocks[:, 2:4] = (d * _Q4K_DMIN_RATIO).astype("<f2").view(np.uint8).reshape(n_blocks, 2)
-    return blocks
-
-
-# Q5_K: as Q4_K with 5-bit quants (q uniform on 0..31) and dmin = 15.5*d for a zero mean. Q6_K: int8 sub-block
-# scales sc, 6-bit quants q, value d*sc*(q - 32).
-_Q5K_DMIN_RATIO = 15.5
-_Q5K_RMS = float(np.sqrt((63 * 127 / 6) * (31 * 63 / 6) - (31.5 * 15.5) ** 2 + 15.5**2 * (64**2 - 1) / 12))
-_Q6K_RMS = float(np.sqrt(((256**2 - 1) / 12 + 0.25) * ((64**2 - 1) / 12 + 0.25)))
-
-
-def _q5k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
-    # block_q5_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 32 bytes of high bits, 128 of low nibbles
-    blocks = _random_bytes(rng, n_blocks * 176).reshape(n_blocks, 176)
-    d = rng.uniform(0.75, 1.25, n_blocks) * (std / _Q5K_RMS)
-    blocks[:, 0:2] = d.astype("<f2").view(np.uint8).reshape(n_blocks, 2)
-    blocks[:, 2:4] = (d * _Q5K_DMIN_RATIO).astype("<f2").view(np.uint8).reshape(n_blocks, 2)
-    return blocks
-
-
-def _q6k_blocks(rng: np.random.Generator, n_blocks: int, std: float) -> np.ndarray:
-    # block_q6_K: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales, then f16 d (last)
-    blocks = _random_bytes(rng, n_blocks * 210).reshape(n_blocks, 210)
-    blocks[:, 208:210] = _scales(rng, n_blocks, std / _Q6K_RMS)
+def _scaled_blocks(rng: np.random.Generator, dtype: str, n_blocks: int, std: float) -> np.ndarray:
+    """n_blocks random blocks of `dtype` whose values have RMS about std: scales around std/rms (+-25%)."""
+    rms, at, dmin_ratio = _SCALED[dtype]
+    size = BLOCK[dtype][1]
+    blocks = _random_bytes(rng, n_blocks * size).reshape(n_blocks, size)
+    d = rng.uniform(0.75, 1.25, n_blocks) * (std / rms)
+    blocks[:, at : at + 2] = _f16_bytes(d)
+    if dmin_ratio:
+        blocks[:, at + 2 : at + 4] = _f16_bytes(d * dmin_ratio)
     return blocks
 
 
@@ -160,18 +147,10 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
             continue
         if t.init == "blocks":
             n_blocks = (r1 - r0) * t.ne[0] // blk
-            if t.dtype == "q4_k":
-                yield _q4k_blocks(rng, n_blocks, t.std).tobytes()
-            elif t.dtype == "q8_0":
-                yield _q8_blocks(rng, n_blocks, t.std).tobytes()
-            elif t.dtype == "mxfp4":
+            if t.dtype == "mxfp4":
                 yield _mxfp4_blocks(rng, n_blocks, t.std).tobytes()
-            elif t.dtype == "q5_0":
-                yield _q5_0_blocks(rng, n_blocks, t.std).tobytes()
-            elif t.dtype == "q5_k":
-                yield _q5k_blocks(rng, n_blocks, t.std).tobytes()
-            elif t.dtype == "q6_k":
-                yield _q6k_blocks(rng, n_blocks, t.std).tobytes()
+            elif t.dtype in _SCALED:
+                yield _scaled_blocks(rng, t.dtype, n_blocks, t.std).tobytes()
             else:
                 raise ValueError(f"random blocks of {t.dtype}")
             continue

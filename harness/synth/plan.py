@@ -1,6 +1,6 @@
-"""The full plan of a synthetic model (pure): its tensors (tensors.py), the metadata, the split into shards
-and each tensor's place in its shard. Writing follows the plan byte for byte, so sizes and expert offsets are
-known without writing anything."""
+"""The full plan of a synthetic model (pure): its tensors and metadata (the common keys here, the arch's own from
+its layout module in harness.synth.archs), the split into shards and each tensor's place in its shard. Writing
+follows the plan byte for byte, so sizes and expert offsets are known without writing anything."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
 from harness.synth import tokenizer as tok
-from harness.synth.archs.layouts import LAYOUTS
+from harness.synth.archs._generic import layout
 from harness.synth.gguf_encode import KV, TensorInfo, align, encode_header
-from harness.synth.spec import ModelSpec, arch_module, validate
-from harness.synth.tensors import GGML_TYPE_ID, TensorPlan, plan_tensors
+from harness.synth.spec import ModelSpec, validate
+from harness.synth.tensors import GGML_TYPE_ID, TensorPlan
 
 # llama_ftype by the type of the bulk of the weights (informational: llama.cpp prints it)
 FILE_TYPE: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "mxfp4": 38, "q5_0": 8, "iq2_s": 28,
@@ -98,32 +98,12 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
             KV(f"{a}.rope.scaling.factor", f32, spec.rope_yarn_factor),
             KV(f"{a}.rope.scaling.original_context_length", u32, spec.rope_yarn_orig_ctx),
         ]
-    mod = arch_module(a)
-    if a in LAYOUTS:
-        pass  # its own keys are merged in at the end
-    elif mod is not None:
-        kvs = mod.kvs(spec, kvs)
-    elif a == "qwen3":
-        kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff))
-    elif a == "olmoe":
-        kvs.append(KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp))
-    elif a == "gpt-oss":
-        # as the published files: both lengths, and the window (the alternating pattern is llama.cpp's default)
-        kvs += [
-            KV(f"{a}.feed_forward_length", u32, spec.n_ff_exp),
-            KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp),
-            KV(f"{a}.attention.sliding_window", u32, spec.n_swa),
-        ]
-    else:
-        kvs.append(KV(f"{a}.expert_feed_forward_length", u32, spec.n_ff_exp))
     if spec.is_moe:
         kvs += [
             KV(f"{a}.expert_count", u32, spec.n_expert),
             KV(f"{a}.expert_used_count", VT.ARRAY, list(spec.expert_used_per_layer), u32)
             if spec.expert_used_per_layer else KV(f"{a}.expert_used_count", u32, spec.n_expert_used),
         ]
-    if a == "qwen2moe":
-        kvs.append(KV(f"{a}.expert_shared_feed_forward_length", u32, spec.n_ff_shexp))
     kvs += [
         KV("tokenizer.ggml.model", s, "llama"),
         KV("tokenizer.ggml.tokens", VT.ARRAY, v.tokens, s),
@@ -137,10 +117,7 @@ def plan_kvs(spec: ModelSpec) -> list[KV]:
     ]
     if tok.TEMPLATES[spec.chat_template or tok.default_template(a)] is not None:
         kvs.append(KV("tokenizer.chat_template", s, sp.template))
-    if a in LAYOUTS:  # an arch module's key replaces a common one of the same name (e.g. a per-layer array)
-        own = {kv.key: kv for kv in LAYOUTS[a].kvs(spec)}
-        kvs = [own.pop(kv.key, kv) for kv in kvs] + list(own.values())
-    return kvs
+    return layout(a).kvs(spec, kvs)  # the arch's own keys
 
 
 def _split_kvs(index: int, n_split: int, n_tensors: int) -> list[KV]:
@@ -172,7 +149,7 @@ def assign_shards(sizes: list[int], n_split: int) -> list[list[int]]:
 
 def plan_model(spec: ModelSpec) -> ModelPlan:
     validate(spec)
-    tensors = LAYOUTS[spec.arch].tensors(spec) if spec.arch in LAYOUTS else plan_tensors(spec)
+    tensors = layout(spec.arch).tensors(spec)
     if spec.n_split > len(tensors):
         raise UserError(f"--split {spec.n_split} is more than the model's {len(tensors)} tensors")
     kvs = plan_kvs(spec)

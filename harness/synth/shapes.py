@@ -10,20 +10,8 @@ from harness.synth.spec import ModelSpec, arch_module
 
 # Qwen3-30B-A3B's real layer count, experts, top-k, widths and heads; a small byte-level vocab instead of
 # 151936 tokens; dense weights Q8_0 (the real Q4_K_M file keeps attention at 4-6 bits), experts Q4_K.
-_QWEN3_30B = dict(
-    n_layer=48,
-    n_expert=128,
-    n_expert_used=8,
-    n_embd=2048,
-    n_ff_exp=768,
-    n_head=32,
-    n_head_kv=4,
-    head_dim=128,
-    n_vocab=1024,
-    ctx_len=40960,
-    expert_type="q4_k",
-    dense_type="q8_0",
-)
+_QWEN3_30B = dict(n_layer=48, n_expert=128, n_expert_used=8, n_embd=2048, n_ff_exp=768, n_head=32, n_head_kv=4,
+                  head_dim=128, n_vocab=1024, ctx_len=40960, expert_type="q4_k", dense_type="q8_0")
 
 # gpt-oss (llama.cpp arch "gpt-oss"), from the published configs: 2880 wide (experts too), 64 query heads of 64,
 # 8 KV heads, a 128-token sliding window on every other layer, RoPE base 150000 with YaRN x32 over 4096, top-4.
@@ -32,114 +20,33 @@ _QWEN3_30B = dict(
 # vocabulary keeps the real size (201088, byte-level pieces here), because the embedding and output head are
 # 1.23 GB at Q8_0: with a 1024-token vocab the 20b file would be 10% short of the published one (120b: 2%), and
 # the output head is part of the dense bytes read every token.
-_GPT_OSS = dict(
-    arch="gpt-oss",
-    n_expert_used=4,
-    n_embd=2880,
-    n_ff_exp=2880,
-    n_head=64,
-    n_head_kv=8,
-    head_dim=64,
-    n_vocab=201088,
-    ctx_len=131072,
-    expert_type="mxfp4",
-    dense_type="q8_0",
-    n_swa=128,
-)
-
-# Gemma-4-26B-A4B (llama.cpp arch "gemma4"), from the published GGUF's metadata (bartowski's
-# google_gemma-4-26B-A4B-it-Q4_K_M.gguf: 30 layers, 2816 wide, 128 experts top-8 of 704, a 2112-wide dense MLP,
-# 16 query heads; sliding layers 8 KV heads of 256, every 6th layer full attention with 2 KV heads of 512 and no
-# attn_v; a 1024-token window; 262144-token vocab, tied head). Types as that Q4_K_M file's bulk: gate_up Q4_K; down
-# (704-wide rows, no multiple of 256) falls back to Q5_0 as llama.cpp's quantiser does; dense weights Q8_0.
-_GEMMA4_26B = dict(
-    arch="gemma4",
-    n_layer=30,
-    n_expert=128,
-    n_expert_used=8,
-    n_embd=2816,
-    n_ff_exp=704,
-    n_ff=2112,
-    n_head=16,
-    n_head_kv=8,
-    head_dim=256,
-    n_vocab=262144,
-    ctx_len=262144,
-    n_swa=1024,
-    expert_type="q4_k",
-    expert_down_type="q5_0",
-    dense_type="q8_0",
-    arch_params=(("swa_period", 6), ("head_dim_full", 512), ("n_head_kv_full", 2)),
-)
-
-# DeepSeek-V4-Flash (llama.cpp arch "deepseek4"; 284B total, 13B active), for --dry-run sizing only (~91 GB does not
-# fit this disk): 43 layers, 4096 wide, 256 experts top-6 of 2048 plus one shared, 64 heads of 512 (RoPE on 64),
-# q and o low-rank 1024 with 8 output groups, a 64-head indexer of 128, 3 hash-routed layers, a 128-token window,
-# 129280-token vocab. Compared with unsloth's DeepSeek-V4-Flash-0731-UD-IQ2_M (3 shards, 90,926,928,288 bytes):
-# routed experts IQ2_S (the IQ2_M scheme's bulk type, 2.56 bits per weight), dense weights Q4_K.
-_DEEPSEEK_V4_FLASH = dict(
-    arch="deepseek4",
-    n_layer=43,
-    n_expert=256,
-    n_expert_used=6,
-    n_embd=4096,
-    n_ff_exp=2048,
-    n_head=64,
-    n_head_kv=1,
-    head_dim=512,
-    n_vocab=129280,
-    ctx_len=1048576,
-    n_swa=128,
-    expert_type="iq2_s",
-    dense_type="q4_k",
-    arch_params=(("q_lora_rank", 1024), ("o_lora_rank", 1024), ("o_groups", 8), ("rope_dim", 64),
-                 ("indexer_heads", 64), ("indexer_head_dim", 128), ("indexer_top_k", 512), ("hash_layers", 3),
-                 ("shared_experts", 1)),
-)
+_GPT_OSS = dict(arch="gpt-oss", n_expert_used=4, n_embd=2880, n_ff_exp=2880, n_head=64, n_head_kv=8, head_dim=64,
+                n_vocab=201088, ctx_len=131072, expert_type="mxfp4", dense_type="q8_0", n_swa=128)
 
 # per-arch defaults, under a shape's own fields and explicit flags: gpt-oss's experts are MXFP4 and its RoPE is
 # YaRN-scaled, whatever the size
 ARCH_DEFAULTS: dict[str, dict[str, object]] = {
-    # k/v over every head (olmoe's k-norm spans n_embd; deepseek2's latent KV expands to every head; dots1)
-    "olmoe": dict(n_head_kv=4),
-    "deepseek2": dict(n_head_kv=4),
-    "dots1": dict(n_head_kv=4),
-    "gpt-oss": dict(
-        expert_type="mxfp4",
-        rms_eps=1e-5,
-        rope_freq_base=150000.0,
-        rope_yarn_factor=32.0,
-        rope_yarn_orig_ctx=4096,
-    ),
+    "olmoe": dict(n_head_kv=4),  # k/v over every head (its k-norm spans n_embd)
+    "gpt-oss": dict(expert_type="mxfp4", rms_eps=1e-5, rope_freq_base=150000.0, rope_yarn_factor=32.0,
+                    rope_yarn_orig_ctx=4096),
 }
 
 SHAPES: dict[str, dict[str, object]] = {
     # the default test model (7 MB at Q4_K): writes in well under a second
     "tiny": {},
     # more experts and a wider top-k, still small (137 MB, f32 dense): cache and eviction tests
-    "small": dict(
-        n_layer=8,
-        n_expert=32,
-        n_expert_used=4,
-        n_embd=512,
-        n_ff_exp=512,
-        n_head=8,
-        n_head_kv=2,
-        head_dim=64,
-        n_vocab=512,
-    ),
+    "small": dict(n_layer=8, n_expert=32, n_expert_used=4, n_embd=512, n_ff_exp=512, n_head=8, n_head_kv=2, head_dim=64,
+                  n_vocab=512),
     # Qwen3-30B-A3B's per-layer shape with 16 of its 48 layers (5.8 GB): a benchmark that runs at a
     # few tokens per second on two cores
     "bench": {**_QWEN3_30B, "n_layer": 16},
     "qwen3-30b-a3b": _QWEN3_30B,
     "gpt-oss-20b": {**_GPT_OSS, "n_layer": 24, "n_expert": 32},
     "gpt-oss-120b": {**_GPT_OSS, "n_layer": 36, "n_expert": 128},
-    "gemma-4-26b-a4b": _GEMMA4_26B,
-    "deepseek-v4-flash": _DEEPSEEK_V4_FLASH,
 }
 
 
-# the real shapes of archs laid out by their own modules (harness.synth.archs), e.g. qwen3.6-35b-a3b
+# the real shapes of archs laid out by their own modules (harness.synth.archs), e.g. gemma-4-26b-a4b
 SHAPES.update({k: v for k, v in archs.shapes().items() if k not in SHAPES})
 
 

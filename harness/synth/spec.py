@@ -12,12 +12,6 @@ from harness.synth.tokenizer import TEMPLATES, specials_for
 # dense control (the engine must refuse it), olmoe a real llama.cpp MoE arch the engine does not support.
 ARCHS: tuple[str, ...] = ("qwen3moe", "qwen2moe", "gpt-oss", "qwen3", "olmoe")
 MOE_ARCHS: frozenset[str] = frozenset({"qwen3moe", "qwen2moe", "gpt-oss", "olmoe"})
-# archs whose layout lives in its own module under harness/synth/archs/ (that package's LAYOUTS, which checks
-# the arch-specific fields itself)
-MODULE_ARCHS: tuple[str, ...] = ("granitemoe", "llama", "deepseek2", "glm4moe", "ernie4_5-moe", "hunyuan-moe", "dots1",
-                                 "bailingmoe2", "gemma4", "deepseek4", "bailingmoe3")
-ARCHS = ARCHS + MODULE_ARCHS
-MOE_ARCHS = MOE_ARCHS | frozenset(MODULE_ARCHS)
 EXPERT_TYPES: tuple[str, ...] = ("f32", "q8_0", "q4_k", "mxfp4", "q5_0", "iq2_s", "q5_k", "q6_k")
 DENSE_TYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "q4_k", "q5_k", "q6_k")
 # types a plan can be sized with (make-model --dry-run) but not written: no generator for their blocks, or (q4_k
@@ -34,6 +28,8 @@ class ModelSpec:
     """A synthetic model. Same spec (seed included) -> byte-identical file(s)."""
 
     arch: str = "qwen3moe"
+    # blocks, except that qwen35moe/qwen3next count the trunk only and add their MTP blocks (block_count = n_layer +
+    # n_nextn) while glm4moe counts its nextn layer (the last of n_layer); the synthetic files' names carry n_layer
     n_layer: int = 4
     n_expert: int = 8
     n_expert_used: int = 2
@@ -85,7 +81,7 @@ def arch_module(arch: str):
 
 
 def all_archs() -> tuple[str, ...]:
-    """The archs the writer lays out: those of tensors.py, then those with a module of their own."""
+    """The archs the writer lays out: those of archs/_generic.py, then those with a module of their own."""
     from harness.synth import archs
 
     return ARCHS + tuple(a for a in archs.names() if a not in ARCHS)
@@ -198,5 +194,5 @@ def validate(spec: ModelSpec) -> None:
             spec.n_ff % dblk == 0,
             f"--dense-ff {spec.n_ff} is not a multiple of {dblk}, which --dense-type {spec.dense_type} needs",
         )
-    if mod is not None:
+    if mod is not None and hasattr(mod, "validate"):
         mod.validate(spec)

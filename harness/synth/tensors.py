@@ -1,14 +1,14 @@
-"""Which tensors a synthetic model holds, per architecture (pure): names, shapes in ggml order, types and
-how each is initialised. The set must be exactly what llama.cpp's loader creates for the arch (an extra tensor
-is fatal); plan.py places them in shards, fill.py generates their bytes."""
+"""What a planned tensor is (pure): its name, shape in ggml order, type and how it is initialised, the types'
+block sizes, the weight scales, and the constructors of the common kinds (linear weights, norms, vectors, routed
+experts). The archs' tensor lists are built from them in harness.synth.archs; plan.py places them in shards,
+fill.py generates their bytes."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from harness.synth import tokenizer as tok
-from harness.synth.spec import ModelSpec, arch_module
+from harness.synth.spec import ModelSpec
 
 GGML_TYPE_ID: dict[str, int] = {"f32": 0, "f16": 1, "q8_0": 8, "q4_k": 12, "mxfp4": 39, "i32": 26, "q5_0": 6,
                                 "iq2_s": 22, "q5_k": 13, "q6_k": 14}
@@ -110,94 +110,3 @@ def _experts(spec: ModelSpec, il: int, width: int) -> list[TensorPlan]:
 
 def _vec(name: str, ne: tuple[int, ...], std: float, layer: int) -> TensorPlan:
     return TensorPlan(name, ne, "f32", "normal", std, layer=layer)
-
-
-def _gptoss_layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    """Exactly the tensors llama.cpp's gpt-oss loader creates (an extra one is fatal), with the optional q/k/v
-    biases the published files carry. No ffn_norm: post_attention_norm is the MoE input's norm."""
-    d, dt, hd, e, ff = spec.n_embd, spec.dense_type, spec.head_dim, spec.n_expert, spec.n_ff_exp
-    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
-    p = f"blk.{il}."
-    return [
-        _ones(p + "attn_norm.weight", d, il),
-        _lin(p + "attn_q.weight", d, n_q, dt, il),
-        _vec(p + "attn_q.bias", (n_q,), 0.1, il),
-        _lin(p + "attn_k.weight", d, n_kv, dt, il),
-        _vec(p + "attn_k.bias", (n_kv,), 0.1, il),
-        _lin(p + "attn_v.weight", d, n_kv, dt, il),
-        _vec(p + "attn_v.bias", (n_kv,), 0.1, il),
-        _lin(p + "attn_output.weight", n_q, d, dt, il),
-        _vec(p + "attn_output.bias", (d,), 0.1, il),
-        _vec(p + "attn_sinks.weight", (spec.n_head,), SINK_STD, il),
-        _ones(p + "post_attention_norm.weight", d, il),
-        TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN / math.sqrt(d), layer=il),
-        _vec(p + "ffn_gate_inp.bias", (e,), ROUTER_BIAS_STD, il),
-        # resident beside the streamed experts: one expert's three bias rows are 4*(2*ff + d) bytes
-        _vec(p + "ffn_gate_exps.bias", (ff, e), EXPERT_BIAS_STD, il),
-        _vec(p + "ffn_up_exps.bias", (ff, e), EXPERT_BIAS_STD, il),
-        _vec(p + "ffn_down_exps.bias", (d, e), EXPERT_BIAS_STD, il),
-        *_experts(spec, il, ff),
-    ]
-
-
-def _layer_tensors(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    if spec.arch == "gpt-oss":
-        return _gptoss_layer(spec, il)
-    d, dt, hd = spec.n_embd, spec.dense_type, spec.head_dim
-    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
-    p = f"blk.{il}."
-    out = [
-        _ones(p + "attn_norm.weight", d, il),
-        _lin(p + "attn_q.weight", d, n_q, dt, il),
-        _lin(p + "attn_k.weight", d, n_kv, dt, il),
-        _lin(p + "attn_v.weight", d, n_kv, dt, il),
-        _lin(p + "attn_output.weight", n_q, d, dt, il),
-    ]
-    if spec.arch in ("qwen3moe", "qwen3"):
-        out += [_ones(p + "attn_q_norm.weight", hd, il), _ones(p + "attn_k_norm.weight", hd, il)]
-    elif spec.arch == "olmoe":
-        out += [_ones(p + "attn_q_norm.weight", n_q, il), _ones(p + "attn_k_norm.weight", n_kv, il)]
-    out.append(_ones(p + "ffn_norm.weight", d, il))
-    if spec.arch == "qwen3":
-        return out + [
-            _lin(p + "ffn_gate.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_up.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_down.weight", spec.n_ff, d, dt, il, DOWN_GAIN),
-        ]
-    # router in f32, as converted models have it
-    out.append(
-        TensorPlan(
-            p + "ffn_gate_inp.weight",
-            (d, spec.n_expert),
-            "f32",
-            "normal",
-            ROUTER_GAIN / math.sqrt(d),
-            layer=il,
-        )
-    )
-    width = spec.n_ff_exp
-    out += _experts(spec, il, width)
-    if spec.arch == "qwen2moe":
-        out += [
-            TensorPlan(p + "ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
-            _lin(p + "ffn_gate_shexp.weight", d, spec.n_ff_shexp, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_up_shexp.weight", d, spec.n_ff_shexp, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_down_shexp.weight", spec.n_ff_shexp, d, dt, il, DOWN_GAIN),
-        ]
-    return out
-
-
-def plan_tensors(spec: ModelSpec) -> list[TensorPlan]:
-    mod = arch_module(spec.arch)
-    if mod is not None:
-        return mod.tensors(spec)
-    vocab_ctrl = tuple(tok.build_vocab(spec.n_vocab, tok.specials_for(spec.arch, spec.chat_template)).control_ids)
-    d, dt = spec.n_embd, spec.dense_type
-    out = [TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0)]
-    for il in range(spec.n_layer):
-        out += _layer_tensors(spec, il)
-    out.append(_ones("output_norm.weight", d, -1))
-    out.append(
-        TensorPlan("output.weight", (d, spec.n_vocab), dt, "normal", OUTPUT_GAIN / math.sqrt(d), vocab_ctrl)
-    )
-    return out

@@ -1,12 +1,10 @@
-"""Synthetic layouts of the architectures that have a module of their own here: each module gives the arch's own
-metadata keys (`kvs`, appended to the common ones in plan.py) and its complete tensor list (`tensors`), exactly
-what llama.cpp's loader for that arch creates. The archs of `layouts.LAYOUTS` give only their keys and tensors
-there. Other archs (qwen35moe, qwen3next, lfm2moe, minimax-m2, llama4) lay out the whole file in a module found
-by name,
-`harness.synth.archs.<arch>` ('-' spelled '_'), which defines ARCH (the general.architecture value),
-SPEC_DEFAULTS (ModelSpec fields for the tiny model), OPTS (defaults of its ModelSpec.arch_opts), SHAPES (named
-real shapes for make-model --shape), validate(spec), tensors(spec) (every tensor, in file order) and
-kvs(spec, base) (the model keys; `base` holds the common ones): `find`, `names`, `shapes`, `opts` below."""
+"""Synthetic layouts of the architectures that have a module of their own here, exactly what llama.cpp's loader
+for that arch creates. Each module, found by name (`harness.synth.archs.<arch>`, '-' spelled '_'), defines ARCH
+(the general.architecture value), SPEC_DEFAULTS (ModelSpec fields for the tiny model), validate(spec) (refuses
+what the arch cannot load, as a UserError), tensors(spec) (every tensor, in file order) and kvs(spec, base) (the
+file's keys; `base` holds the common ones, plan.py's); optionally SHAPES (named real shapes for make-model
+--shape) and the defaults of its knobs: OPTS (ModelSpec.arch_opts, read with `opts`) or PARAMS (the integer
+ModelSpec.arch_params, read with `param`). Modules whose name starts with '_' hold what several archs share."""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ def _module_name(arch: str) -> str:
 
 
 def find(arch: str) -> ModuleType | None:
-    """The layout module of `arch`, or None when the arch has none (then tensors.py lays it out)."""
+    """The layout module of `arch`, or None when the arch has none (then archs/_generic.py lays it out)."""
     if not arch or not arch.replace("-", "_").isidentifier():
         return None
     name = _module_name(arch)
@@ -60,3 +58,8 @@ def opts(spec: Any, defaults: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"{spec.arch}: unknown arch_opts {sorted(unknown)}; known: {sorted(defaults)}")
     return {**defaults, **given}
+
+
+def param(spec: Any, defaults: dict[str, int], name: str) -> int:
+    """The integer knob `name`: the spec's arch_params value, else the module's PARAMS default."""
+    return spec.param(name, defaults[name])

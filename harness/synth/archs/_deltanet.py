@@ -6,6 +6,7 @@ asked to load the MTP head, yet they must be in the file)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from gguf.constants import GGUFValueType as VT
@@ -61,13 +62,8 @@ def validate(spec: ModelSpec) -> None:
 
 def attention(spec: ModelSpec, il: int) -> list[TensorPlan]:
     """Full attention with a joint query+gate projection (2 x n_head x head_dim) and per-head q/k norms."""
-    hd, p = spec.head_dim, f"blk.{il}."
-    n_q, n_kv = spec.n_head * hd, spec.n_head_kv * hd
-    return [
-        *P.qkvo(spec, il, 2 * n_q, n_kv, n_o=n_q),
-        P._ones(p + "attn_q_norm.weight", hd, il),
-        P._ones(p + "attn_k_norm.weight", hd, il),
-    ]
+    n_q = spec.n_head * spec.head_dim
+    return [*P.qkvo(spec, il, 2 * n_q, n_o=n_q), *P.qk_norms(spec, il)]
 
 
 def linear_common(spec: ModelSpec, il: int) -> list[TensorPlan]:
@@ -86,23 +82,19 @@ def linear_common(spec: ModelSpec, il: int) -> list[TensorPlan]:
     ]
 
 
-def moe(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    """Routed experts and the shared expert with its one-logit sigmoid gate."""
+def tensors(spec: ModelSpec, linear: Callable[[ModelSpec, int], list[TensorPlan]]) -> list[TensorPlan]:
+    """The whole file: every block (the trunk's, then the MTP ones) holds `linear(spec, il)` (the arch's gated delta
+    net) in its recurrent layers and full attention in the others, then the experts."""
     d = spec.n_embd
-    return [
-        *P.routed(spec, il),
-        P.TensorPlan(f"blk.{il}.ffn_gate_inp_shexp.weight", (d,), "f32", "normal", 1.0 / math.sqrt(d), layer=il),
-        *P.mlp(spec, il, spec.n_ff_shexp, "_shexp"),
-    ]
-
-
-def nextn(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    d, p = spec.n_embd, f"blk.{il}.nextn."
-    return [
-        P._lin(p + "eh_proj.weight", 2 * d, d, spec.dense_type, il),
-        P._ones(p + "enorm.weight", d, il),
-        P._ones(p + "hnorm.weight", d, il),
-    ]
+    out = [P.embedding(spec)]
+    for il in range(n_blocks(spec)):
+        p = f"blk.{il}."
+        out += [P._ones(p + "attn_norm.weight", d, il), P._ones(p + "post_attention_norm.weight", d, il)]
+        out += linear(spec, il) if is_recurrent(spec, il) else attention(spec, il)
+        out += P.gated_shared_moe(spec, il)
+        if il >= spec.n_layer:
+            out += P.nextn_block(spec, il)
+    return mix(spec, out + P.output(spec))
 
 
 def n_blocks(spec: ModelSpec) -> int:
@@ -116,7 +108,7 @@ def mix(spec: ModelSpec, tensors: list[TensorPlan]) -> list[TensorPlan]:
 
 def kvs(spec: ModelSpec, base: list[KV], sections: bool) -> list[KV]:
     a, o = spec.arch, dims(spec)
-    out = P.without(base, ".block_count") + [
+    own = [
         P.u32(f"{a}.block_count", n_blocks(spec)),
         P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
         P.u32(f"{a}.expert_shared_feed_forward_length", spec.n_ff_shexp),
@@ -131,8 +123,8 @@ def kvs(spec: ModelSpec, base: list[KV], sections: bool) -> list[KV]:
     if sections:  # interleaved M-RoPE sections over the rotated half-dims (text: every section sees the position)
         r = o["rope_dim"] // 2
         s = 11 * r // 32
-        out.append(KV(f"{a}.rope.dimension_sections", VT.ARRAY, [s, s, r - 2 * s, 0], VT.INT32))
+        own.append(KV(f"{a}.rope.dimension_sections", VT.ARRAY, [s, s, r - 2 * s, 0], VT.INT32))
     if o["n_nextn"]:
-        out.append(P.u32(f"{a}.nextn_predict_layers", o["n_nextn"]))
-    return out
+        own.append(P.u32(f"{a}.nextn_predict_layers", o["n_nextn"]))
+    return P.after_model_keys(spec, base, own, drop=(".block_count",))
 

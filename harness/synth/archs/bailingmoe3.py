@@ -14,25 +14,18 @@ kv_lora_rank, qk_rope_dim, qk_nope_dim, v_head_dim, shared_experts.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
+from harness.synth.archs import _parts as P
+from harness.synth.archs import param
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
-from harness.synth.tensors import (
-    DOWN_GAIN,
-    EXPERT_GAIN,
-    OUTPUT_GAIN,
-    ROUTER_GAIN,
-    TensorPlan,
-    _experts,
-    _lin,
-    _ones,
-    _vec,
-)
-from harness.synth.tokenizer import build_vocab, specials_for
 
+ARCH = "bailingmoe3"
+SPEC_DEFAULTS: dict[str, Any] = {}
 PARAMS: dict[str, int] = dict(mla_every=4, dense_lead=1, kda_head_dim=64, conv_kernel=4, kv_lora_rank=128,
                               qk_rope_dim=32, qk_nope_dim=64, v_head_dim=64, shared_experts=1)
 GATING_SIGMOID = 2
@@ -40,7 +33,7 @@ KDA_GATE_LOWER_BOUND = -5.0
 
 
 def _p(spec: ModelSpec, name: str) -> int:
-    return spec.param(name, PARAMS[name])
+    return param(spec, PARAMS, name)
 
 
 def is_mla(spec: ModelSpec, il: int) -> bool:
@@ -48,16 +41,16 @@ def is_mla(spec: ModelSpec, il: int) -> bool:
     return (il + 1) % _p(spec, "mla_every") == 0
 
 
-def _check(spec: ModelSpec) -> None:
+def validate(spec: ModelSpec) -> None:
     if _p(spec, "dense_lead") >= spec.n_layer:
         raise UserError(f"bailingmoe3's dense_lead {_p(spec, 'dense_lead')} leaves no MoE layer in --layers "
                         f"{spec.n_layer}")
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
+def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     a, u32, f32 = spec.arch, VT.UINT32, VT.FLOAT32
     lora, rope = _p(spec, "kv_lora_rank"), _p(spec, "qk_rope_dim")
-    return [
+    return P.override(base, [
         # 0 KV heads marks a KDA layer; MLA layers cache one compressed KV head
         KV(f"{a}.attention.head_count_kv", VT.ARRAY, [int(is_mla(spec, il)) for il in range(spec.n_layer)],
            VT.INT32),
@@ -78,75 +71,61 @@ def kvs(spec: ModelSpec) -> list[KV]:
         KV(f"{a}.expert_weights_scale", f32, 2.5),
         KV(f"{a}.expert_weights_norm", VT.BOOL, True),
         KV(f"{a}.expert_gating_func", u32, GATING_SIGMOID),
-    ]
+    ])
 
 
-def _kda(spec: ModelSpec, p: str, il: int) -> list[TensorPlan]:
+def _kda(spec: ModelSpec, p: str, il: int) -> list[P.TensorPlan]:
     d, dt, hd = spec.n_embd, spec.dense_type, _p(spec, "kda_head_dim")
     inner, kc = hd * spec.n_head, _p(spec, "conv_kernel")
-    conv = [TensorPlan(p + f"ssm_conv1d_{x}.weight", (kc, 1, inner), "f32", "normal", 1.0 / math.sqrt(kc), layer=il)
+    conv = [P.TensorPlan(p + f"ssm_conv1d_{x}.weight", (kc, 1, inner), "f32", "normal", 1.0 / math.sqrt(kc), layer=il)
             for x in "qkv"]
     return [
         *conv,
-        _lin(p + "attn_q.weight", d, inner, dt, il),
-        _lin(p + "attn_k.weight", d, inner, dt, il),
-        _lin(p + "attn_v.weight", d, inner, dt, il),
-        _lin(p + "ssm_f_a.weight", d, inner, dt, il),
-        _lin(p + "ssm_beta.weight", d, spec.n_head, dt, il),
-        TensorPlan(p + "ssm_a", (1, spec.n_head), "f32", "one_plus", 0.25, layer=il),
-        _vec(p + "ssm_dt.bias", (inner,), 0.5, il),
-        _lin(p + "ssm_g_a.weight", d, inner, dt, il),
-        _ones(p + "ssm_norm.weight", hd, il),
-        _lin(p + "attn_output.weight", inner, d, dt, il),
+        P._lin(p + "attn_q.weight", d, inner, dt, il),
+        P._lin(p + "attn_k.weight", d, inner, dt, il),
+        P._lin(p + "attn_v.weight", d, inner, dt, il),
+        P._lin(p + "ssm_f_a.weight", d, inner, dt, il),
+        P._lin(p + "ssm_beta.weight", d, spec.n_head, dt, il),
+        P.TensorPlan(p + "ssm_a", (1, spec.n_head), "f32", "one_plus", 0.25, layer=il),
+        P._vec(p + "ssm_dt.bias", (inner,), 0.5, il),
+        P._lin(p + "ssm_g_a.weight", d, inner, dt, il),
+        P._ones(p + "ssm_norm.weight", hd, il),
+        P._lin(p + "attn_output.weight", inner, d, dt, il),
     ]
 
 
-def _mla(spec: ModelSpec, p: str, il: int) -> list[TensorPlan]:
+def _mla(spec: ModelSpec, p: str, il: int) -> list[P.TensorPlan]:
     d, dt, nh = spec.n_embd, spec.dense_type, spec.n_head
     lora, rope, nope, vd = (_p(spec, k) for k in ("kv_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim"))
     return [
-        _lin(p + "attn_q.weight", d, nh * (nope + rope), dt, il),
-        _lin(p + "attn_kv_a_mqa.weight", d, lora + rope, dt, il),
-        _ones(p + "attn_kv_a_norm.weight", lora, il),
-        TensorPlan(p + "attn_k_b.weight", (nope, lora, nh), "f32", "normal", 1.0 / math.sqrt(nope), layer=il),
-        TensorPlan(p + "attn_v_b.weight", (lora, vd, nh), "f32", "normal", 1.0 / math.sqrt(lora), layer=il),
-        _lin(p + "attn_gate.weight", d, nh, dt, il),
-        _lin(p + "attn_output.weight", nh * vd, d, dt, il),
+        P._lin(p + "attn_q.weight", d, nh * (nope + rope), dt, il),
+        P._lin(p + "attn_kv_a_mqa.weight", d, lora + rope, dt, il),
+        P._ones(p + "attn_kv_a_norm.weight", lora, il),
+        P.TensorPlan(p + "attn_k_b.weight", (nope, lora, nh), "f32", "normal", 1.0 / math.sqrt(nope), layer=il),
+        P.TensorPlan(p + "attn_v_b.weight", (lora, vd, nh), "f32", "normal", 1.0 / math.sqrt(lora), layer=il),
+        P._lin(p + "attn_gate.weight", d, nh, dt, il),
+        P._lin(p + "attn_output.weight", nh * vd, d, dt, il),
     ]
 
 
-def _layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    d, dt, e = spec.n_embd, spec.dense_type, spec.n_expert
-    p = f"blk.{il}."
-    out = [_ones(p + "attn_norm.weight", d, il)]
+def _layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
+    d, p = spec.n_embd, f"blk.{il}."
+    out = [P._ones(p + "attn_norm.weight", d, il)]
     out += _mla(spec, p, il) if is_mla(spec, il) else _kda(spec, p, il)
-    out.append(_ones(p + "ffn_norm.weight", d, il))
+    out.append(P._ones(p + "ffn_norm.weight", d, il))
     if il < _p(spec, "dense_lead"):
-        return out + [
-            _lin(p + "ffn_gate.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_up.weight", d, spec.n_ff, dt, il, EXPERT_GAIN),
-            _lin(p + "ffn_down.weight", spec.n_ff, d, dt, il, DOWN_GAIN),
-        ]
+        return out + P.mlp(spec, il, spec.n_ff)
     ff_sh = spec.n_ff_exp * _p(spec, "shared_experts")
     return out + [
-        TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN / math.sqrt(d), layer=il),
-        _vec(p + "exp_probs_b.bias", (e,), 0.1, il),
-        *_experts(spec, il, spec.n_ff_exp),
-        _lin(p + "ffn_gate_shexp.weight", d, ff_sh, dt, il, EXPERT_GAIN),
-        _lin(p + "ffn_up_shexp.weight", d, ff_sh, dt, il, EXPERT_GAIN),
-        _lin(p + "ffn_down_shexp.weight", ff_sh, d, dt, il, DOWN_GAIN),
+        P.router(spec, il),
+        P.probs_bias(spec, il, 0.1),
+        *P._experts(spec, il, spec.n_ff_exp),
+        *P.mlp(spec, il, ff_sh, "_shexp"),
     ]
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    _check(spec)
-    ctrl = tuple(build_vocab(spec.n_vocab, specials_for(spec.arch, spec.chat_template)).control_ids)
-    d, dt = spec.n_embd, spec.dense_type
-    out = [
-        TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0),
-        _ones("output_norm.weight", d, -1),
-        TensorPlan("output.weight", (d, spec.n_vocab), dt, "normal", OUTPUT_GAIN / math.sqrt(d), ctrl),
-    ]
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    out = [P.embedding(spec), *P.output(spec)]
     for il in range(spec.n_layer):
         out += _layer(spec, il)
     return out

@@ -4,83 +4,66 @@ expert, sigmoid gating with the exp_probs_b selection bias."""
 
 from __future__ import annotations
 
-from harness.synth.archs.common import (
-    KV,
-    TensorPlan,
-    _lin,
-    _ones,
-    boolean,
-    dense_ffn,
-    expert_ff,
-    lead,
-    model_tensors,
-    probs_bias,
-    routed,
-    shared,
-    u32,
-)
+from typing import Any
+
+from harness.errors import UserError
+from harness.synth.archs import _parts as P
+from harness.synth.archs import param
 from harness.synth.spec import ModelSpec
 
-# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "deepseek2"
-DENSE_LEAD = 1
-NEXTN = 0
+SPEC_DEFAULTS: dict[str, Any] = dict(n_head_kv=4)  # the latent KV expands to every head
+PARAMS: dict[str, int] = dict(n_dense_lead=1)  # leading dense blocks
 KV_LORA = 64  # compressed KV width
 ROPE_DIM = 32  # the rotary part of each query/key head; head_dim is the rest (no-PE part)
 GROUPS, GROUPS_USED = 2, 1
-GATING_SIGMOID = 2
 
 
 def _k_head(spec: ModelSpec) -> int:
     return spec.head_dim + ROPE_DIM
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    return model_tensors(spec, layer, check(spec))
-
-
-def check(spec: ModelSpec) -> list[str]:
-    out = []
+def validate(spec: ModelSpec) -> None:
     if spec.n_expert % GROUPS:
-        out.append(f"--arch deepseek2 routes in {GROUPS} expert groups: --experts must be a multiple of {GROUPS}")
-    elif spec.n_expert_used > spec.n_expert // GROUPS * GROUPS_USED:
-        out.append(f"--arch deepseek2 picks its top-k inside {GROUPS_USED} of {GROUPS} groups: --top-k must be at "
-                   f"most {spec.n_expert // GROUPS * GROUPS_USED}")
+        raise UserError(f"--arch deepseek2 routes in {GROUPS} expert groups: --experts must be a multiple of {GROUPS}")
+    if spec.n_expert_used > spec.n_expert // GROUPS * GROUPS_USED:
+        raise UserError(f"--arch deepseek2 picks its top-k inside {GROUPS_USED} of {GROUPS} groups: --top-k must be "
+                        f"at most {spec.n_expert // GROUPS * GROUPS_USED}")
     if spec.n_head_kv != spec.n_head:
-        out.append("--arch deepseek2 needs --heads-kv == --heads (its latent KV expands to every head)")
-    return out
+        raise UserError("--arch deepseek2 needs --heads-kv == --heads (its latent KV expands to every head)")
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
-    return [
-        expert_ff(spec),
-        u32(spec, "leading_dense_block_count", lead(spec, DENSE_LEAD)),
-        u32(spec, "feed_forward_length", spec.n_ff),
-        u32(spec, "attention.q_lora_rank", 0),
-        u32(spec, "attention.kv_lora_rank", KV_LORA),
-        u32(spec, "attention.key_length", _k_head(spec)),
-        u32(spec, "attention.value_length", spec.head_dim),
-        u32(spec, "rope.dimension_count", ROPE_DIM),
-        u32(spec, "expert_shared_count", 1),
-        boolean(spec, "expert_weights_norm", True),
-        u32(spec, "expert_gating_func", GATING_SIGMOID),
-        u32(spec, "expert_group_count", GROUPS),
-        u32(spec, "expert_group_used_count", GROUPS_USED),
+def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
+    a = ARCH
+    own = [
+        *P.lead_kvs(spec, param(spec, PARAMS, "n_dense_lead")),
+        P.u32(f"{a}.feed_forward_length", spec.n_ff),
+        P.u32(f"{a}.attention.q_lora_rank", 0),
+        P.u32(f"{a}.attention.kv_lora_rank", KV_LORA),
+        P.u32(f"{a}.attention.key_length", _k_head(spec)),
+        P.u32(f"{a}.attention.value_length", spec.head_dim),
+        P.u32(f"{a}.rope.dimension_count", ROPE_DIM),
+        *P.sigmoid_shared_kvs(spec),
+        P.u32(f"{a}.expert_group_count", GROUPS),
+        P.u32(f"{a}.expert_group_used_count", GROUPS_USED),
     ]
+    return P.override(base, own)
 
 
-def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
+def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
     d, dt, hd, h = spec.n_embd, spec.dense_type, spec.head_dim, spec.n_head
     p = f"blk.{il}."
-    out = [
-        _ones(p + "attn_norm.weight", d, il),
-        _ones(p + "attn_kv_a_norm.weight", KV_LORA, il),
-        _lin(p + "attn_q.weight", d, h * _k_head(spec), dt, il),
-        _lin(p + "attn_kv_a_mqa.weight", d, KV_LORA + ROPE_DIM, dt, il),
-        _lin(p + "attn_kv_b.weight", KV_LORA, h * (hd + hd), dt, il),
-        _lin(p + "attn_output.weight", h * hd, d, dt, il),
-        _ones(p + "ffn_norm.weight", d, il),
+    return [
+        P._ones(p + "attn_norm.weight", d, il),
+        P._ones(p + "attn_kv_a_norm.weight", KV_LORA, il),
+        P._lin(p + "attn_q.weight", d, h * _k_head(spec), dt, il),
+        P._lin(p + "attn_kv_a_mqa.weight", d, KV_LORA + ROPE_DIM, dt, il),
+        P._lin(p + "attn_kv_b.weight", KV_LORA, h * (hd + hd), dt, il),
+        P._lin(p + "attn_output.weight", h * hd, d, dt, il),
+        P._ones(p + "ffn_norm.weight", d, il),
+        *P.lead_dense_ffn(spec, il, param(spec, PARAMS, "n_dense_lead"), spec.n_ff_exp),
     ]
-    if il < lead(spec, DENSE_LEAD):
-        return out + dense_ffn(spec, il)
-    return out + [probs_bias(spec, il), *routed(spec, il), *shared(spec, il, spec.n_ff_exp)]
+
+
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    return P.model_tensors(spec, layer)

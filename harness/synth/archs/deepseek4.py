@@ -13,27 +13,32 @@ indexer_head_dim, indexer_top_k, hash_layers, shared_experts.
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 from gguf.constants import GGUFValueType as VT
 
 from harness.errors import UserError
+from harness.synth.archs import _parts as P
+from harness.synth.archs import param
 from harness.synth.gguf_encode import KV
 from harness.synth.spec import ModelSpec
-from harness.synth.tensors import (
-    DOWN_GAIN,
-    EXPERT_GAIN,
-    OUTPUT_GAIN,
-    ROUTER_GAIN,
-    SINK_STD,
-    TensorPlan,
-    _experts,
-    _lin,
-    _ones,
-    _vec,
-)
-from harness.synth.tokenizer import build_vocab, specials_for
 
+ARCH = "deepseek4"
+SPEC_DEFAULTS: dict[str, Any] = {}
+# DeepSeek-V4-Flash (284B total, 13B active), for --dry-run sizing only (~91 GB does not fit this disk): 43 layers,
+# 4096 wide, 256 experts top-6 of 2048 plus one shared, 64 heads of 512 (RoPE on 64), q and o low-rank 1024 with 8
+# output groups, a 64-head indexer of 128, 3 hash-routed layers, a 128-token window, 129280-token vocab. Compared
+# with unsloth's DeepSeek-V4-Flash-0731-UD-IQ2_M (3 shards, 90,926,928,288 bytes): routed experts IQ2_S (the IQ2_M
+# scheme's bulk type, 2.56 bits per weight), dense weights Q4_K.
+SHAPES = {
+    "deepseek-v4-flash": dict(
+        n_layer=43, n_expert=256, n_expert_used=6, n_embd=4096, n_ff_exp=2048, n_head=64, n_head_kv=1, head_dim=512,
+        n_vocab=129280, ctx_len=1048576, n_swa=128, expert_type="iq2_s", dense_type="q4_k",
+        arch_params=(("q_lora_rank", 1024), ("o_lora_rank", 1024), ("o_groups", 8), ("rope_dim", 64),
+                     ("indexer_heads", 64), ("indexer_head_dim", 128), ("indexer_top_k", 512), ("hash_layers", 3),
+                     ("shared_experts", 1)),
+    ),
+}
 PARAMS: dict[str, int] = dict(q_lora_rank=128, o_lora_rank=64, o_groups=2, rope_dim=16, indexer_heads=2,
                               indexer_head_dim=64, indexer_top_k=16, hash_layers=2, shared_experts=1)
 HC = 4  # hyper-connection copies: llama.cpp's graph asserts 4
@@ -47,14 +52,14 @@ RATIO_CYCLE = (0, 4, 128, 4)
 
 
 def _p(spec: ModelSpec, name: str) -> int:
-    return spec.param(name, PARAMS[name])
+    return param(spec, PARAMS, name)
 
 
 def compress_ratios(spec: ModelSpec) -> list[int]:
     return [RATIO_CYCLE[il % len(RATIO_CYCLE)] for il in range(spec.n_layer)]
 
 
-def _check(spec: ModelSpec) -> None:
+def validate(spec: ModelSpec) -> None:
     if spec.n_head % _p(spec, "o_groups"):
         raise UserError(f"--heads {spec.n_head} is not a multiple of deepseek4's o_groups {_p(spec, 'o_groups')}")
     if _p(spec, "rope_dim") > min(spec.head_dim, _p(spec, "indexer_head_dim")):
@@ -63,9 +68,9 @@ def _check(spec: ModelSpec) -> None:
         raise UserError(f"deepseek4's hash_layers {_p(spec, 'hash_layers')} exceeds --layers {spec.n_layer}")
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
+def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     a, u32, f32 = spec.arch, VT.UINT32, VT.FLOAT32
-    return [
+    return P.override(base, [
         KV(f"{a}.attention.head_count_kv", u32, 1),  # one shared KV head (wkv is {n_embd, head size})
         KV(f"{a}.rope.dimension_count", u32, _p(spec, "rope_dim")),
         KV(f"{a}.attention.q_lora_rank", u32, _p(spec, "q_lora_rank")),
@@ -89,10 +94,10 @@ def kvs(spec: ModelSpec) -> list[KV]:
         KV(f"{a}.hyper_connection.epsilon", f32, 1e-6),
         KV(f"{a}.hash_layer_count", u32, _p(spec, "hash_layers")),
         KV(f"{a}.embedding_length_out", u32, spec.n_embd * HC),
-    ]
+    ])
 
 
-def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
+def _layer(spec: ModelSpec, il: int, ratio: int) -> list[P.TensorPlan]:
     d, dt, hd, e = spec.n_embd, spec.dense_type, spec.head_dim, spec.n_expert
     ql, ol, og = _p(spec, "q_lora_rank"), _p(spec, "o_lora_rank"), _p(spec, "o_groups")
     ih, ihd = _p(spec, "indexer_heads"), _p(spec, "indexer_head_dim")
@@ -100,67 +105,64 @@ def _layer(spec: ModelSpec, il: int, ratio: int) -> list[TensorPlan]:
     hc_dim = HC * d
     p = f"blk.{il}."
     out = [
-        _ones(p + "attn_norm.weight", d, il),
-        _vec(p + "attn_sinks.weight", (spec.n_head,), SINK_STD, il),
-        _lin(p + "attn_q_a.weight", d, ql, dt, il),
-        _ones(p + "attn_q_a_norm.weight", ql, il),
-        _lin(p + "attn_q_b.weight", ql, spec.n_head * hd, dt, il),
-        _lin(p + "attn_kv.weight", d, hd, dt, il),
-        _ones(p + "attn_kv_a_norm.weight", hd, il),
+        P._ones(p + "attn_norm.weight", d, il),
+        P._vec(p + "attn_sinks.weight", (spec.n_head,), P.SINK_STD, il),
+        P._lin(p + "attn_q_a.weight", d, ql, dt, il),
+        P._ones(p + "attn_q_a_norm.weight", ql, il),
+        P._lin(p + "attn_q_b.weight", ql, spec.n_head * hd, dt, il),
+        P._lin(p + "attn_kv.weight", d, hd, dt, il),
+        P._ones(p + "attn_kv_a_norm.weight", hd, il),
         # as the file holds it: {n_head*hd/o_groups, o_lora*o_groups} (the loader reshapes it to 3-D)
-        _lin(p + "attn_output_a.weight", spec.n_head * hd // og, ol * og, dt, il),
-        _lin(p + "attn_output_b.weight", og * ol, d, dt, il),
-        _lin(p + "hc_attn_fn.weight", hc_dim, HC_MIX, "f32", il),
-        _vec(p + "hc_attn_base.weight", (HC_MIX,), 0.1, il),
-        _ones(p + "hc_attn_scale.weight", 3, il),
-        _lin(p + "hc_ffn_fn.weight", hc_dim, HC_MIX, "f32", il),
-        _vec(p + "hc_ffn_base.weight", (HC_MIX,), 0.1, il),
-        _ones(p + "hc_ffn_scale.weight", 3, il),
+        P._lin(p + "attn_output_a.weight", spec.n_head * hd // og, ol * og, dt, il),
+        P._lin(p + "attn_output_b.weight", og * ol, d, dt, il),
+        P._lin(p + "hc_attn_fn.weight", hc_dim, HC_MIX, "f32", il),
+        P._vec(p + "hc_attn_base.weight", (HC_MIX,), 0.1, il),
+        P._ones(p + "hc_attn_scale.weight", 3, il),
+        P._lin(p + "hc_ffn_fn.weight", hc_dim, HC_MIX, "f32", il),
+        P._vec(p + "hc_ffn_base.weight", (HC_MIX,), 0.1, il),
+        P._ones(p + "hc_ffn_scale.weight", 3, il),
     ]
     if ratio:
         coff = 2 if ratio == 4 else 1
         out += [
-            _lin(p + "attn_compressor_kv.weight", d, coff * hd, dt, il),
-            _lin(p + "attn_compressor_gate.weight", d, coff * hd, dt, il),
-            _vec(p + "attn_compressor_ape.weight", (coff * hd, ratio), 0.1, il),
-            _ones(p + "attn_compressor_norm.weight", hd, il),
+            P._lin(p + "attn_compressor_kv.weight", d, coff * hd, dt, il),
+            P._lin(p + "attn_compressor_gate.weight", d, coff * hd, dt, il),
+            P._vec(p + "attn_compressor_ape.weight", (coff * hd, ratio), 0.1, il),
+            P._ones(p + "attn_compressor_norm.weight", hd, il),
         ]
         if ratio == 4:
             out += [
-                _lin(p + "indexer.proj.weight", d, ih, dt, il),
-                _lin(p + "indexer.attn_q_b.weight", ql, ih * ihd, dt, il),
-                _lin(p + "indexer_compressor_kv.weight", d, 2 * ihd, dt, il),
-                _lin(p + "indexer_compressor_gate.weight", d, 2 * ihd, dt, il),
-                _vec(p + "indexer_compressor_ape.weight", (2 * ihd, ratio), 0.1, il),
-                _ones(p + "indexer_compressor_norm.weight", ihd, il),
+                P._lin(p + "indexer.proj.weight", d, ih, dt, il),
+                P._lin(p + "indexer.attn_q_b.weight", ql, ih * ihd, dt, il),
+                P._lin(p + "indexer_compressor_kv.weight", d, 2 * ihd, dt, il),
+                P._lin(p + "indexer_compressor_gate.weight", d, 2 * ihd, dt, il),
+                P._vec(p + "indexer_compressor_ape.weight", (2 * ihd, ratio), 0.1, il),
+                P._ones(p + "indexer_compressor_norm.weight", ihd, il),
             ]
-    out.append(TensorPlan(p + "ffn_gate_inp.weight", (d, e), "f32", "normal", ROUTER_GAIN / math.sqrt(d), layer=il))
+    out.append(P.router(spec, il))
     if il < _p(spec, "hash_layers"):  # token id -> its k experts
-        out.append(TensorPlan(p + "ffn_gate_tid2eid.weight", (spec.n_expert_used, spec.n_vocab), "i32",
+        out.append(P.TensorPlan(p + "ffn_gate_tid2eid.weight", (spec.n_expert_used, spec.n_vocab), "i32",
                               "expert_ids", float(e), layer=il))
     else:
-        out.append(_vec(p + "exp_probs_b.bias", (e,), 0.1, il))
-    out.append(_ones(p + "ffn_norm.weight", d, il))
-    out += _experts(spec, il, spec.n_ff_exp)
+        out.append(P.probs_bias(spec, il, 0.1))
+    out.append(P._ones(p + "ffn_norm.weight", d, il))
+    out += P._experts(spec, il, spec.n_ff_exp)
     out += [
-        _lin(p + "ffn_gate_shexp.weight", d, ff_sh, dt, il, EXPERT_GAIN),
-        _lin(p + "ffn_down_shexp.weight", ff_sh, d, dt, il, DOWN_GAIN),
-        _lin(p + "ffn_up_shexp.weight", d, ff_sh, dt, il, EXPERT_GAIN),
+        P._lin(p + "ffn_gate_shexp.weight", d, ff_sh, dt, il, P.EXPERT_GAIN),
+        P._lin(p + "ffn_down_shexp.weight", ff_sh, d, dt, il, P.DOWN_GAIN),
+        P._lin(p + "ffn_up_shexp.weight", d, ff_sh, dt, il, P.EXPERT_GAIN),
     ]
     return out
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    _check(spec)
-    ctrl = tuple(build_vocab(spec.n_vocab, specials_for(spec.arch, spec.chat_template)).control_ids)
-    d, dt = spec.n_embd, spec.dense_type
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    d = spec.n_embd
     out = [
-        TensorPlan("token_embd.weight", (d, spec.n_vocab), dt, "normal", 1.0),
-        _ones("output_norm.weight", d, -1),
-        TensorPlan("output.weight", (d, spec.n_vocab), dt, "normal", OUTPUT_GAIN / math.sqrt(d), ctrl),
-        _lin("output_hc_fn.weight", HC * d, HC, "f32", -1),
-        _vec("output_hc_base.weight", (HC,), 0.1, -1),
-        _ones("output_hc_scale.weight", 1, -1),
+        P.embedding(spec),
+        *P.output(spec),
+        P._lin("output_hc_fn.weight", HC * d, HC, "f32", -1),
+        P._vec("output_hc_base.weight", (HC,), 0.1, -1),
+        P._ones("output_hc_scale.weight", 1, -1),
     ]
     for il, ratio in enumerate(compress_ratios(spec)):
         out += _layer(spec, il, ratio)

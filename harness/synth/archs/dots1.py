@@ -3,53 +3,33 @@ sigmoid gating and the optional exp_probs_b selection bias, a shared expert (n_f
 
 from __future__ import annotations
 
-from harness.synth.archs.common import (
-    KV,
-    TensorPlan,
-    _ones,
-    boolean,
-    dense_ffn,
-    expert_ff,
-    lead,
-    model_tensors,
-    probs_bias,
-    qk_norms,
-    qkvo,
-    routed,
-    shared,
-    u32,
-)
+from typing import Any
+
+from harness.errors import UserError
+from harness.synth.archs import _parts as P
+from harness.synth.archs import param
 from harness.synth.spec import ModelSpec
 
-# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "dots1"
-DENSE_LEAD = 1
-NEXTN = 0
-GATING_SIGMOID = 2
+SPEC_DEFAULTS: dict[str, Any] = dict(n_head_kv=4)  # k/v over every head
+PARAMS: dict[str, int] = dict(n_dense_lead=1)  # leading dense blocks
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    return model_tensors(spec, layer, check(spec))
+def validate(spec: ModelSpec) -> None:
+    if spec.n_head_kv != spec.n_head:
+        raise UserError("--arch dots1 needs --heads-kv == --heads (its k/v span every head)")
 
 
-def check(spec: ModelSpec) -> list[str]:
-    return [] if spec.n_head_kv == spec.n_head else ["--arch dots1 needs --heads-kv == --heads (its k/v span "
-                                                     "every head)"]
+def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
+    own = [*P.lead_kvs(spec, param(spec, PARAMS, "n_dense_lead")), P.u32(f"{ARCH}.feed_forward_length", spec.n_ff),
+           *P.sigmoid_shared_kvs(spec)]
+    return P.override(base, own)
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
-    return [
-        expert_ff(spec),
-        u32(spec, "leading_dense_block_count", lead(spec, DENSE_LEAD)),
-        u32(spec, "feed_forward_length", spec.n_ff),
-        u32(spec, "expert_shared_count", 1),
-        boolean(spec, "expert_weights_norm", True),
-        u32(spec, "expert_gating_func", GATING_SIGMOID),
-    ]
+def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
+    return [*P.qkvo(spec, il, norm=True), *P.qk_norms(spec, il), P._ones(f"blk.{il}.ffn_norm.weight", spec.n_embd, il),
+            *P.lead_dense_ffn(spec, il, param(spec, PARAMS, "n_dense_lead"), spec.n_ff_exp)]
 
 
-def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    out = [*qkvo(spec, il), *qk_norms(spec, il), _ones(f"blk.{il}.ffn_norm.weight", spec.n_embd, il)]
-    if il < lead(spec, DENSE_LEAD):
-        return out + dense_ffn(spec, il)
-    return out + [probs_bias(spec, il), *routed(spec, il), *shared(spec, il, spec.n_ff_exp)]
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    return P.model_tensors(spec, layer)

@@ -1,66 +1,45 @@
 """glm4moe (GLM-4.5): q/k/v with biases, a post-attention norm as the FFN's input norm, leading dense blocks,
 routed experts with sigmoid gating and the exp_probs_b selection bias, a shared expert, and a nextn (MTP) layer
 counted in block_count: its tensors are in the file (llama.cpp loads them only for MTP) but it is not part of
-the trunk's graph."""
+the trunk's graph. Here n_layer counts the nextn layer (the last one)."""
 
 from __future__ import annotations
 
-from harness.synth.archs.common import (
-    KV,
-    TensorPlan,
-    _ones,
-    boolean,
-    dense_ffn,
-    expert_ff,
-    lead,
-    model_tensors,
-    nextn,
-    nextn_block,
-    probs_bias,
-    qkvo,
-    routed,
-    shared,
-    u32,
-)
+from typing import Any
+
+from harness.errors import UserError
+from harness.synth.archs import _parts as P
+from harness.synth.archs import param
 from harness.synth.spec import ModelSpec
 
-# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "glm4moe"
-DENSE_LEAD = 1
-NEXTN = 1
-GATING_SIGMOID = 2
+SPEC_DEFAULTS: dict[str, Any] = {}
+PARAMS: dict[str, int] = dict(n_dense_lead=1, n_nextn=1)  # leading dense blocks; nextn layers, the last ones
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    return model_tensors(spec, layer, check(spec))
+def validate(spec: ModelSpec) -> None:
+    n = param(spec, PARAMS, "n_nextn")
+    if n > 1:
+        raise UserError("--arch glm4moe: llama.cpp supports a single nextn (MTP) layer")
+    if spec.n_layer - n <= param(spec, PARAMS, "n_dense_lead"):
+        raise UserError("--arch glm4moe: --layers leaves no MoE layer in the trunk (1 leading dense, 1 nextn)")
 
 
-def check(spec: ModelSpec) -> list[str]:
-    n = nextn(spec, NEXTN)
-    out = [] if n <= 1 else ["--arch glm4moe: llama.cpp supports a single nextn (MTP) layer"]
-    if spec.n_layer - n <= lead(spec, DENSE_LEAD):
-        out.append("--arch glm4moe: --layers leaves no MoE layer in the trunk (1 leading dense, 1 nextn)")
+def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
+    a = ARCH
+    own = [*P.lead_kvs(spec, param(spec, PARAMS, "n_dense_lead")),
+           P.u32(f"{a}.nextn_predict_layers", param(spec, PARAMS, "n_nextn")),
+           P.u32(f"{a}.feed_forward_length", spec.n_ff), *P.sigmoid_shared_kvs(spec)]
+    return P.override(base, own)
+
+
+def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
+    out = [*P.qkvo(spec, il, norm=True, bias=True), P._ones(f"blk.{il}.post_attention_norm.weight", spec.n_embd, il),
+           *P.lead_dense_ffn(spec, il, param(spec, PARAMS, "n_dense_lead"), spec.n_ff_exp)]
+    if il >= spec.n_layer - param(spec, PARAMS, "n_nextn"):
+        out += P.nextn_block(spec, il)
     return out
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
-    return [
-        expert_ff(spec),
-        u32(spec, "leading_dense_block_count", lead(spec, DENSE_LEAD)),
-        u32(spec, "nextn_predict_layers", nextn(spec, NEXTN)),
-        u32(spec, "feed_forward_length", spec.n_ff),
-        u32(spec, "expert_shared_count", 1),
-        boolean(spec, "expert_weights_norm", True),
-        u32(spec, "expert_gating_func", GATING_SIGMOID),
-    ]
-
-
-def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    out = [*qkvo(spec, il, bias=True), _ones(f"blk.{il}.post_attention_norm.weight", spec.n_embd, il)]
-    if il < lead(spec, DENSE_LEAD):
-        out += dense_ffn(spec, il)
-    else:
-        out += [probs_bias(spec, il), *routed(spec, il), *shared(spec, il, spec.n_ff_exp)]
-    if il >= spec.n_layer - nextn(spec, NEXTN):
-        out += nextn_block(spec, il)
-    return out
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    return P.model_tensors(spec, layer)

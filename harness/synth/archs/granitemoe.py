@@ -3,27 +3,24 @@ feed_forward_length; logit_scale is required (the logits are divided by it)."""
 
 from __future__ import annotations
 
-from harness.synth.archs.common import KV, TensorPlan, _ones, expert_ff, f32, model_tensors, qkvo, routed, u32
+from typing import Any
+
+from harness.synth.archs import _parts as P
 from harness.synth.spec import ModelSpec
 
-# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "granitemoe"
-DENSE_LEAD = 0
-NEXTN = 0
+SPEC_DEFAULTS: dict[str, Any] = {}
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    return model_tensors(spec, layer, check(spec))
+def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
+    a = ARCH
+    scales = [P.f32(f"{a}.{k}_scale", 1.0) for k in ("logit", "residual", "embedding")]
+    return P.override(base, [*P.experts_ff_kvs(spec), *scales])
 
 
-def check(spec: ModelSpec) -> list[str]:
-    return []
+def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
+    return [*P.qkvo(spec, il, norm=True), P._ones(f"blk.{il}.ffn_norm.weight", spec.n_embd, il), *P.routed(spec, il)]
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
-    return [expert_ff(spec), u32(spec, "feed_forward_length", spec.n_ff_exp), f32(spec, "logit_scale", 1.0),
-            f32(spec, "residual_scale", 1.0), f32(spec, "embedding_scale", 1.0)]
-
-
-def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    return [*qkvo(spec, il), _ones(f"blk.{il}.ffn_norm.weight", spec.n_embd, il), *routed(spec, il)]
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    return P.model_tensors(spec, layer)

@@ -3,39 +3,24 @@ shared expert (expert_shared_feed_forward_length) beside them."""
 
 from __future__ import annotations
 
-from harness.synth.archs.common import (
-    KV,
-    TensorPlan,
-    _ones,
-    expert_ff,
-    model_tensors,
-    qk_norms,
-    qkvo,
-    routed,
-    shared,
-    u32,
-)
+from typing import Any
+
+from harness.synth.archs import _parts as P
 from harness.synth.spec import ModelSpec
 
-# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "hunyuan-moe"
-DENSE_LEAD = 0
-NEXTN = 0
+SPEC_DEFAULTS: dict[str, Any] = {}
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    return model_tensors(spec, layer, check(spec))
+def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
+    a = ARCH
+    return P.override(base, [*P.experts_ff_kvs(spec), P.u32(f"{a}.expert_shared_feed_forward_length", spec.n_ff_shexp)])
 
 
-def check(spec: ModelSpec) -> list[str]:
-    return []
+def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
+    return [*P.qkvo(spec, il, norm=True), *P.qk_norms(spec, il), P._ones(f"blk.{il}.ffn_norm.weight", spec.n_embd, il),
+            *P.routed(spec, il), *P.mlp(spec, il, spec.n_ff_shexp, "_shexp")]
 
 
-def kvs(spec: ModelSpec) -> list[KV]:
-    return [expert_ff(spec), u32(spec, "feed_forward_length", spec.n_ff_exp),
-            u32(spec, "expert_shared_feed_forward_length", spec.n_ff_shexp)]
-
-
-def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
-    return [*qkvo(spec, il), *qk_norms(spec, il), _ones(f"blk.{il}.ffn_norm.weight", spec.n_embd, il),
-            *routed(spec, il), *shared(spec, il, spec.n_ff_shexp)]
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    return P.model_tensors(spec, layer)

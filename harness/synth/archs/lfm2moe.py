@@ -40,7 +40,7 @@ SHAPES = {
     "lfm2.5-8b-a1b": {**_LFM2, "n_vocab": 128000, "rope_freq_base": 5_000_000.0},
 }
 SPEC_DEFAULTS: dict[str, Any] = dict(n_layer=6)
-GATING_SIGMOID = 2
+PROBS_BIAS_STD = 0.2
 
 
 def validate(spec: ModelSpec) -> None:
@@ -58,7 +58,7 @@ def validate(spec: ModelSpec) -> None:
 
 
 def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
-    o, d, dt, hd = merge_opts(spec, OPTS), spec.n_embd, spec.dense_type, spec.head_dim
+    o, d, dt = merge_opts(spec, OPTS), spec.n_embd, spec.dense_type
     out = [P.embedding(spec)]
     head = P.output(spec, norm="token_embd_norm.weight")
     out.append(head[0])
@@ -68,13 +68,13 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
         p = f"blk.{il}."
         out.append(P._ones(p + "ffn_norm.weight", d, il))
         if il >= o["n_dense_lead"]:
-            out += [*P.routed(spec, il), P.probs_bias(spec, il)]
+            out += [*P.routed(spec, il), P.probs_bias(spec, il, PROBS_BIAS_STD)]
         else:
             out += P.mlp(spec, il, spec.n_ff)
         out.append(P._ones(p + "attn_norm.weight", d, il))
         if il in o["attn_layers"]:
-            out += [P._ones(p + "attn_q_norm.weight", hd, il), P._ones(p + "attn_k_norm.weight", hd, il)]
-            out += P.qkvo(spec, il, d, spec.n_head_kv * hd)
+            out += P.qk_norms(spec, il)
+            out += P.qkvo(spec, il, d)
         else:
             out += [
                 P.TensorPlan(p + "shortconv.conv.weight", (o["l_cache"], d), "f32", "normal",
@@ -88,11 +88,11 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     o, a = merge_opts(spec, OPTS), ARCH
     kv_heads = [spec.n_head_kv if il in o["attn_layers"] else 0 for il in range(spec.n_layer)]
-    return P.without(base, ".attention.head_count_kv") + [
+    return P.after_model_keys(spec, base, drop=(".attention.head_count_kv",), own=[
         P.u32_array(f"{a}.attention.head_count_kv", kv_heads),
         P.u32(f"{a}.feed_forward_length", spec.n_ff),
         P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
         P.u32(f"{a}.leading_dense_block_count", o["n_dense_lead"]),
         P.u32(f"{a}.shortconv.l_cache", o["l_cache"]),
-        P.u32(f"{a}.expert_gating_func", GATING_SIGMOID),
-    ]
+        P.u32(f"{a}.expert_gating_func", P.GATING_SIGMOID),
+    ])

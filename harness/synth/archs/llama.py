@@ -4,30 +4,27 @@ multiplies each selected expert's output by its scale): they stay resident besid
 
 from __future__ import annotations
 
-from harness.synth.archs.common import KV, TensorPlan, _ones, _vec, expert_ff, model_tensors, qkvo, routed, u32
+from typing import Any
+
+from harness.synth.archs import _parts as P
 from harness.synth.spec import ModelSpec
 
-# arch_params: n_dense_lead (leading dense blocks), n_nextn (nextn layers, the last ones)
 ARCH = "llama"
-DENSE_LEAD = 0
-NEXTN = 0
+SPEC_DEFAULTS: dict[str, Any] = {}
 SCALE_STD = 1.0
 
 
-def tensors(spec: ModelSpec) -> list[TensorPlan]:
-    return model_tensors(spec, layer, check(spec))
+def kvs(spec: ModelSpec, base: list[P.KV]) -> list[P.KV]:
+    a = ARCH
+    return P.override(base, [*P.experts_ff_kvs(spec), P.u32(f"{a}.rope.dimension_count", spec.head_dim)])
 
 
-def check(spec: ModelSpec) -> list[str]:
-    return []
-
-
-def kvs(spec: ModelSpec) -> list[KV]:
-    return [expert_ff(spec), u32(spec, "feed_forward_length", spec.n_ff_exp),
-            u32(spec, "rope.dimension_count", spec.head_dim)]
-
-
-def layer(spec: ModelSpec, il: int) -> list[TensorPlan]:
+def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
     p = f"blk.{il}."
-    scales = [_vec(p + f"ffn_{k}_exps.scale", (spec.n_expert,), SCALE_STD, il) for k in ("gate", "up", "down")]
-    return [*qkvo(spec, il), _ones(p + "ffn_norm.weight", spec.n_embd, il), *routed(spec, il), *scales]
+    scales = [P._vec(p + f"ffn_{k}_exps.scale", (spec.n_expert,), SCALE_STD, il) for k in ("gate", "up", "down")]
+    return [*P.qkvo(spec, il, norm=True), P._ones(p + "ffn_norm.weight", spec.n_embd, il), *P.routed(spec, il),
+            *scales]
+
+
+def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
+    return P.model_tensors(spec, layer)

@@ -29,11 +29,11 @@ def validate(spec: ModelSpec) -> None:
 
 
 def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
-    d, hd = spec.n_embd, spec.head_dim
+    d = spec.n_embd
     out = [P.embedding(spec), *P.output(spec)]
     for il in range(spec.n_layer):
         p = f"blk.{il}."
-        out += [P._ones(p + "attn_norm.weight", d, il), *P.qkvo(spec, il, spec.n_head * hd, spec.n_head_kv * hd),
+        out += [*P.qkvo(spec, il, norm=True),
                 P._ones(p + "ffn_norm.weight", d, il)]
         if is_moe_layer(spec, il):
             out += [*P.routed(spec, il), *P.mlp(spec, il, spec.n_ff_exp, "_shexp")]
@@ -44,8 +44,8 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
 
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     a = ARCH
-    return base + [
+    return P.after_model_keys(spec, base, [
         P.u32(f"{a}.feed_forward_length", spec.n_ff),
         P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
         P.u32(f"{a}.interleave_moe_layer_step", merge_opts(spec, OPTS)["moe_step"]),
-    ]
+    ])

@@ -15,7 +15,7 @@ from harness.synth.spec import ModelSpec
 ARCH = "minimax-m2"
 OPTS: dict[str, Any] = dict(rope_dim=32)  # rotated dims of a head (the real model: 64 of 128)
 SPEC_DEFAULTS: dict[str, Any] = {}
-GATING_SIGMOID = 2
+PROBS_BIAS_STD = 0.2
 
 
 def validate(spec: ModelSpec) -> None:
@@ -38,16 +38,16 @@ def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
             P._ones(p + "attn_k_norm.weight", n_kv, il),
             P._ones(p + "ffn_norm.weight", d, il),
             *P.routed(spec, il),
-            P.probs_bias(spec, il),
+            P.probs_bias(spec, il, PROBS_BIAS_STD),
         ]
     return out[:1] + head + out[1:]
 
 
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
     a = ARCH
-    return base + [
+    return P.after_model_keys(spec, base, [
         P.u32(f"{a}.feed_forward_length", spec.n_ff_exp),
         P.u32(f"{a}.expert_feed_forward_length", spec.n_ff_exp),
-        P.u32(f"{a}.expert_gating_func", GATING_SIGMOID),
+        P.u32(f"{a}.expert_gating_func", P.GATING_SIGMOID),
         P.u32(f"{a}.rope.dimension_count", merge_opts(spec, OPTS)["rope_dim"]),
-    ]
+    ])

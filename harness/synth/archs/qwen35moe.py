@@ -40,16 +40,7 @@ def _linear(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
 
 
 def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
-    d = spec.n_embd
-    out = [P.embedding(spec)]
-    for il in range(G.n_blocks(spec)):
-        p = f"blk.{il}."
-        out += [P._ones(p + "attn_norm.weight", d, il), P._ones(p + "post_attention_norm.weight", d, il)]
-        out += _linear(spec, il) if G.is_recurrent(spec, il) else G.attention(spec, il)
-        out += G.moe(spec, il)
-        if il >= spec.n_layer:
-            out += G.nextn(spec, il)
-    return G.mix(spec, out + P.output(spec))
+    return G.tensors(spec, _linear)
 
 
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:

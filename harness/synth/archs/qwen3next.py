@@ -14,20 +14,13 @@ SPEC_DEFAULTS = G.SPEC_DEFAULTS
 validate = G.validate
 
 
+def _linear(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
+    ba = P._lin(f"blk.{il}.ssm_ba.weight", spec.n_embd, 2 * G.dims(spec)["ssm_dt_rank"], spec.dense_type, il)
+    return [*G.linear_common(spec, il), ba]
+
+
 def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
-    d, dt = spec.n_embd, spec.dense_type
-    out = [P.embedding(spec)]
-    for il in range(G.n_blocks(spec)):
-        p = f"blk.{il}."
-        out += [P._ones(p + "attn_norm.weight", d, il), P._ones(p + "post_attention_norm.weight", d, il)]
-        if G.is_recurrent(spec, il):
-            out += [*G.linear_common(spec, il), P._lin(p + "ssm_ba.weight", d, 2 * G.dims(spec)["ssm_dt_rank"], dt, il)]
-        else:
-            out += G.attention(spec, il)
-        out += G.moe(spec, il)
-        if il >= spec.n_layer:
-            out += G.nextn(spec, il)
-    return G.mix(spec, out + P.output(spec))
+    return G.tensors(spec, _linear)
 
 
 def kvs(spec: ModelSpec, base: list[KV]) -> list[KV]:
