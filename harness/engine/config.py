@@ -156,6 +156,12 @@ class EngineConfig:
     drop_replay: str | None = opt(None, "--drop-replay", metavar="TRACE", lossy="skips the experts the trace dropped",
                                   help="skip the experts a route_trace v2 recorded as dropped instead of deciding "
                                   "(the gate: a streamed run with drops equals the resident run under its drops)")
+    ngram: bool = opt(False, "--ngram",
+                      help="guess ahead by prompt lookup: propose the continuation of the latest earlier occurrence "
+                      "of the last --ngram-size tokens (prompt and reply), verify the guesses in one batch and keep "
+                      "the longest prefix greedy decoding would have produced (lossless; greedy only)")
+    draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram: tokens guessed per verify batch")
+    ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
 
@@ -318,6 +324,21 @@ def _drop_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _guess_rules(cfg: EngineConfig) -> str | None:
+    if not cfg.ngram:
+        for name, flag, default in (("draft", "--draft", 4), ("ngram_size", "--ngram-size", 3)):
+            if getattr(cfg, name) != default:
+                return f"bmoe: {flag} sets how --ngram guesses: add --ngram"
+        return None
+    if cfg.temp > 0:
+        return "bmoe: --ngram verifies its guesses against greedy decoding: drop --temp"
+    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
+                       ("drop_cold_experts", "--drop-cold-experts"), ("drop_replay", "--drop-replay")):
+        if getattr(cfg, name) is not None:
+            return f"bmoe: {flag} works one decoded token at a time; it cannot be combined with --ngram"
+    return None
+
+
 def lossy_settings(cfg: EngineConfig) -> list[str]:
     """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
     return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
@@ -325,7 +346,7 @@ def lossy_settings(cfg: EngineConfig) -> list[str]:
 
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
                                                              _no_think_needs_chatml, _prompts_file_rules,
-                                                             _drop_rules)
+                                                             _drop_rules, _guess_rules)
 
 
 def validate(cfg: EngineConfig) -> None:
