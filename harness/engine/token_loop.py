@@ -13,17 +13,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from harness.engine import sysstats
+from harness.engine.config import EngineConfig
 from harness.engine.guess import ngram_guess, split_int
-from harness.engine.hook import TokenCounters
+from harness.engine.hook import StreamHook, TokenCounters
 from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
 
-if TYPE_CHECKING:
-    from harness.engine.session import Session
-
 MIB = 1048576
+
+
+class Decoder(Protocol):
+    """What the loop needs of the session (harness.engine.session.Session)."""
+
+    L: Any
+    cfg: EngineConfig
+    ctx: Any
+    vocab: Any
+    hook: StreamHook | None
+
+    def _decode(self, toks: list[int], all_logits: bool = False) -> None: ...
+
+    def forget_from(self, pos: int) -> None: ...
+
+    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int, turn: int = 0,
+             counters: TokenCounters | None = None) -> TokenRow: ...
 
 
 def _split_counters(c: TokenCounters, n: int) -> list[TokenCounters]:
@@ -37,7 +52,7 @@ class TokenLoop:
     `on_error` runs when a decode raises. After `rows()` is exhausted: `finish` is "stop" (end of generation),
     "length" (n_predict) or "cancelled"; `tokens` holds the tokens handed out."""
 
-    def __init__(self, sess: Session, smpl, summary: Summary, *, n_predict: int, turn: int, history: list[int],
+    def __init__(self, sess: Decoder, smpl, summary: Summary, *, n_predict: int, turn: int, history: list[int],
                  psi_path: str | None = None, cancel: Callable[[], bool] = lambda: False,
                  on_decoded: Callable[[list[int]], None] = lambda toks: None,
                  on_error: Callable[[], None] = lambda: None, on_first: Callable[[], None] = lambda: None):
