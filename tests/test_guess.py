@@ -175,3 +175,13 @@ def test_session_guesses_ahead_and_refuses_a_sampled_request(models):
     assert err["event"] == "error" and not err["fatal"] and "greedy only" in err["msg"]
     assert s.generate([{"role": "user", "content": "hi"}], n_predict=4)["finish"] in ("length", "stop")
     assert s.close() == 0
+
+
+@pytest.mark.engine
+def test_a_recurrent_model_is_refused_with_one_line(tmp_path):
+    """qwen35moe's gated delta net keeps a recurrent state: rejected guesses could not be removed from it."""
+    m = make_model(tmp_path / "q35.gguf", ModelSpec(arch="qwen35moe", seed=5))[0]
+    r = bmoe(m, "--ngram", n=4, tmp=tmp_path)
+    assert r.rc != 0
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and "recurrent state" in err[0] and "drop --ngram" in err[0], r.stderr
