@@ -1,7 +1,9 @@
 """Guess-ahead by prompt lookup (--ngram): the guess itself (pure), the flag rules, and the gates on generated
 models: --ngram --draft N gives the tokens plain greedy decoding gives, streamed (a cache that evicts, and
 none) and resident, with guesses kept and with guesses all rejected; one wrong expert still diverges; the
-session protocol guesses ahead too and refuses a sampled request with one line."""
+session protocol guesses ahead too and refuses a sampled request with one line. llama.cpp's CPU kernels are not
+batch-size invariant (a token's logits differ by up to ~0.1 decoded alone or in a verify batch with quantized
+experts), so "equals plain greedy" holds where no near-tie meets that rounding: on these models and prompts."""
 
 from __future__ import annotations
 
