@@ -183,6 +183,14 @@ class EngineConfig:
                            "MoE input), so its reads start N layers early and are never wasted; the first N MoE "
                            "layers and the prompt route themselves; 0 = off; deterministic: streamed equals resident "
                            "at the same N")
+    ngram: bool = opt(False, "--ngram",
+                      lossy="verify batches are not bit-exact against one-token decoding: near-ties can flip",
+                      help="guess ahead by prompt lookup: propose the continuation of the latest earlier occurrence "
+                      "of the last --ngram-size tokens (prompt and reply), verify the guesses in one batch and keep "
+                      "the longest prefix greedy decoding would have produced (greedy only; llama.cpp's CPU kernels "
+                      "are not batch-size invariant, so as with a reused KV prefix a near-tie can flip)")
+    draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram: tokens guessed per verify batch")
+    ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
 
@@ -376,6 +384,25 @@ def _route_ahead_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _guess_rules(cfg: EngineConfig) -> str | None:
+    if not cfg.ngram:
+        for name, flag, default in (("draft", "--draft", 4), ("ngram_size", "--ngram-size", 3)):
+            if getattr(cfg, name) != default:
+                return f"bmoe: {flag} sets how --ngram guesses: add --ngram"
+        return None
+    if cfg.temp > 0:
+        return "bmoe: --ngram verifies its guesses against greedy decoding: drop --temp"
+    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
+                       ("drop_cold_experts", "--drop-cold-experts"), ("drop_replay", "--drop-replay")):
+        if getattr(cfg, name) is not None:
+            return f"bmoe: {flag} works one decoded token at a time; it cannot be combined with --ngram"
+    for on, flag in ((cfg.prefetch > 0, "--prefetch"), (cfg.predict_prefetch, "--predict-prefetch"),
+                     (cfg.route_ahead > 0, "--route-ahead")):
+        if on:
+            return f"bmoe: {flag} with --ngram is not supported (not gated together): use one of them"
+    return None
+
+
 def lossy_settings(cfg: EngineConfig) -> list[str]:
     """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
     return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
@@ -384,7 +411,7 @@ def lossy_settings(cfg: EngineConfig) -> list[str]:
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
                                                              _no_think_needs_chatml, _prompts_file_rules,
                                                              _drop_rules, _prefetch_rules, _traces_one_generation,
-                                                             _route_ahead_rules)
+                                                             _route_ahead_rules, _guess_rules)
 
 
 def validate(cfg: EngineConfig) -> None:

@@ -15,8 +15,9 @@ from harness.engine import lazymap, sysstats
 from harness.engine.config import EngineConfig
 from harness.engine.dense import DenseWeights
 from harness.engine.gguf_layout import ModelLayout
-from harness.engine.hook import StreamHook
+from harness.engine.hook import StreamHook, TokenCounters
 from harness.engine.prompt import build_prompt
+from harness.engine.token_loop import TokenLoop
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
 
@@ -124,6 +125,9 @@ class Session:
         if not self.model:
             raise EngineError(f"llama.cpp could not load {self.cfg.model}: {self.last_log()}")
         self.vocab = L.llama_model_get_vocab(self.model)
+        if self.cfg.ngram and (L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model)):
+            raise UserError(f"--ngram: {self.cfg.model} keeps a recurrent state, which cannot drop rejected guesses; "
+                            "drop --ngram")
 
     def _make_context(self) -> None:
         L = self.L
@@ -198,13 +202,18 @@ class Session:
             L.llama_sampler_chain_add(ch, L.llama_sampler_init_dist(c.seed))
         return ch
 
-    def _decode(self, toks: list[int]) -> None:
+    def _decode(self, toks: list[int], all_logits: bool = False) -> None:
+        """Decode `toks` after what the KV cache holds; logits for the last token, or for every one."""
         L = self.L
         arr = (L.llama_token * len(toks))(*toks)
+        batch = L.llama_batch_get_one(arr, len(toks))
+        if all_logits:
+            out = (ctypes.c_int8 * len(toks))(*([1] * len(toks)))
+            batch.logits = ctypes.cast(out, ctypes.POINTER(ctypes.c_int8))
         tr = self.hook.tracing if self.hook is not None else None
         if tr is not None:
             tr.decode_begin()
-        rc = L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(toks)))
+        rc = L.llama_decode(self.ctx, batch)
         if tr is not None:
             tr.decode_end()
         if self.hook is not None:
@@ -212,13 +221,18 @@ class Session:
         if rc != 0:
             raise EngineError(f"llama_decode returned {rc}: {self.last_log()}")
 
+    def forget_from(self, pos: int) -> None:
+        """Remove the KV cache's entries from position `pos` on (rejected guesses)."""
+        L = self.L
+        if not L.llama_memory_seq_rm(L.llama_get_memory(self.ctx), 0, pos, -1):
+            raise EngineError(f"llama.cpp could not remove the KV cache's entries from position {pos}")
+
     # -- the run ---------------------------------------------------------------------------------------
     def run(self, text: str | None = None, turn: int = 0) -> Iterator[TokenRow]:
         """Prefill (`text` as sent, default the -p prompt), then decode up to -n tokens, yielding each
         token's row (its `turn` as given); `self.result` holds the summary once the last row has been
         yielded. A second generation needs `clear_memory()` first."""
         cfg, hook = self.cfg, self.hook
-        cache = hook.cache if hook else None
         res = RunResult()
         s = res.summary
         s.load_s = self.load_s
@@ -251,46 +265,15 @@ class Session:
                 c = hook.take_counters()
                 s.extra["prefill_read_mib"] = round(c.read_bytes / MIB, 3)
                 hook.phase = 1
-            majflt0, cpu0 = sysstats.rusage()
-            io0 = sysstats.proc_io_read_bytes()
-            psi_path = self.psi_path
-            psi0 = sysstats.psi_some_us(psi_path) if psi_path else -1
-            tok = L.llama_sampler_sample(smpl, self.ctx, -1)
-            s.ttft_s = time.perf_counter() - t0
-            t_loop = time.perf_counter()
-            for step in range(1, cfg.n_predict + 1):
-                if L.llama_vocab_is_eog(self.vocab, tok):
-                    res.eog = True
-                    break
-                res.tokens.append(tok)
-                loop_ms = (time.perf_counter() - t_loop) * 1e3
-                t1 = time.perf_counter()
-                self._decode([tok])
-                wall = time.perf_counter() - t1
-                t_loop = time.perf_counter()  # from here to the next decode: rows, consumers, sampling
-                s.decode_s += wall
-                s.n_decode += 1
-                row = self._row(step, wall, loop_ms, tok, turn)
-                majflt, cpu = sysstats.rusage()
-                row.majflt = majflt - majflt0
-                row.majflt_mib = round((majflt - majflt0) * 4096 / MIB, 3)
-                row.cpu_ms = (cpu - cpu0) * 1e3
-                majflt0, cpu0 = majflt, cpu
-                if psi_path is not None:
-                    psi = sysstats.psi_some_us(psi_path)
-                    if psi >= 0 and psi0 >= 0:
-                        row.mem_stall_ms = (psi - psi0) / 1e3
-                    psi0 = psi
-                if cache is None:
-                    io = sysstats.proc_io_read_bytes()
-                    row.read_bytes = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED
-                    io0 = io
-                    if row.read_bytes != UNMEASURED:
-                        s.read_bytes += row.read_bytes
-                else:
-                    s.read_bytes += row.read_bytes
-                yield row
-                tok = L.llama_sampler_sample(smpl, self.ctx, -1)
+
+            def first() -> None:
+                s.ttft_s = time.perf_counter() - t0
+
+            loop = TokenLoop(self, smpl, s, n_predict=cfg.n_predict, turn=turn, history=prompt,
+                             psi_path=self.psi_path, on_first=first)
+            yield from loop.rows()
+            res.tokens = loop.tokens
+            res.eog = loop.finish == "stop"
         finally:
             L.llama_sampler_free(smpl)
             if gc_on:
@@ -300,13 +283,15 @@ class Session:
             s.extra["k_effective"] = hook.k_effective
         self.result = res
 
-    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int, turn: int = 0) -> TokenRow:
+    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int, turn: int = 0,
+             counters: TokenCounters | None = None) -> TokenRow:
+        """A token's row; the hook's counters are `counters` when given (a verify batch's share), else taken."""
         cfg, hook = self.cfg, self.hook
         cache = hook.cache if hook else None
         r = TokenRow(step=step, steps=cfg.n_predict, wall_ms=wall_s * 1e3, turn=turn, loop_overhead_ms=loop_ms,
                      token_id=tok)
         if hook and cache is not None:
-            c = hook.take_counters()
+            c = counters if counters is not None else hook.take_counters()
             r.stall_ms, r.mgmt_ms = c.stall_ns / 1e6, c.mgmt_ns / 1e6
             r.io_ms = c.io_ns / 1e6
             r.compute_ms = wall_s * 1e3 - r.stall_ms - r.mgmt_ms

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from harness.engine import sysstats
 from harness.engine.compose import Engine
 from harness.engine.prompt import render
 from harness.engine.sinks import TextSink
+from harness.engine.token_loop import TokenLoop
 from harness.errors import UserError
-from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
+from harness.formats.metrics_csv import Summary, TokenRow
 
 MIB = 1048576
 ROLES = ("system", "user", "assistant")
@@ -182,7 +182,6 @@ class Conversation:
         self.check_fits(tokens, sp.n_predict)
         sess, L = self.sess, self.L
         hook = sess.hook
-        cache = hook.cache if hook else None
         res = TurnResult(turn=self.turn, n_prompt=len(tokens))
         self.last = res
         s = res.summary
@@ -210,44 +209,18 @@ class Conversation:
                 c = hook.take_counters()
                 s.extra["prefill_read_mib"] = round(c.read_bytes / MIB, 3)
                 hook.phase = 1
-            majflt0, cpu0 = sysstats.rusage()
-            io0 = sysstats.proc_io_read_bytes()
-            tok = L.llama_sampler_sample(smpl, sess.ctx, -1)
-            s.ttft_s = time.perf_counter() - t0
-            t_loop = time.perf_counter()
-            for step in range(1, sp.n_predict + 1):
-                if L.llama_vocab_is_eog(sess.vocab, tok):
-                    res.finish = "stop"
-                    break
-                if cancel():
-                    res.finish = "cancelled"
-                    break
-                res.tokens.append(tok)
-                loop_ms = (time.perf_counter() - t_loop) * 1e3
-                t1 = time.perf_counter()
-                try:
-                    sess._decode([tok])
-                except BaseException:
-                    self._reset()
-                    raise
-                self.past.append(tok)
-                wall = time.perf_counter() - t1
-                t_loop = time.perf_counter()
-                s.decode_s += wall
-                s.n_decode += 1
-                row = sess._row(step, wall, loop_ms, tok)
-                row.steps, row.turn = sp.n_predict, self.turn
-                majflt, cpu = sysstats.rusage()
-                row.majflt, row.majflt_mib = majflt - majflt0, round((majflt - majflt0) * 4096 / MIB, 3)
-                row.cpu_ms = (cpu - cpu0) * 1e3
-                majflt0, cpu0 = majflt, cpu
-                if cache is None:
-                    io = sysstats.proc_io_read_bytes()
-                    row.read_bytes = io - io0 if io >= 0 and io0 >= 0 else UNMEASURED
-                    io0 = io
-                if row.read_bytes != UNMEASURED:
-                    s.read_bytes += row.read_bytes
-                text = dec.decode(sess.piece(tok))
+
+            def first() -> None:
+                s.ttft_s = time.perf_counter() - t0
+
+            def decoded(group: list[int]) -> None:
+                self.past.extend(group)
+
+            loop = TokenLoop(sess, smpl, s, n_predict=sp.n_predict, turn=self.turn, history=tokens, cancel=cancel,
+                             on_decoded=decoded, on_error=self._reset, on_first=first)
+            res.tokens = loop.tokens
+            for row in loop.rows():
+                text = dec.decode(sess.piece(row.token_id))
                 res.text += text
                 for sink in self.sinks:
                     sink.row(row, text)
@@ -256,7 +229,7 @@ class Conversation:
                 except GeneratorExit:
                     res.finish = "cancelled"  # the caller stopped reading (a client that went away)
                     raise
-                tok = L.llama_sampler_sample(smpl, sess.ctx, -1)
+            res.finish = loop.finish
         finally:
             L.llama_sampler_free(smpl)
             tail = dec.decode(b"", final=True)
@@ -288,4 +261,7 @@ def sampling_of(cfg, **over: object) -> Sampling:
     """The engine flags' sampling, with a request's own values over it (None = keep the flag's)."""
     base = {"n_predict": cfg.n_predict, "temp": cfg.temp, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed}
     base.update({k: v for k, v in over.items() if v is not None})
+    if cfg.ngram and base["temp"] > 0:
+        raise UserError("this engine guesses ahead (--ngram), which is greedy only: send temp 0, or start it "
+                        "without --ngram")
     return Sampling(**base)  # type: ignore[arg-type]

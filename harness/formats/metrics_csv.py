@@ -61,6 +61,10 @@ class TokenRow:
     prefetch_used_bytes: int = UNMEASURED  # prefetched experts a demand lookup used (each once)
     prefetch_wasted_bytes: int = UNMEASURED  # prefetched experts evicted before any use
     route_agree: float = UNMEASURED  # --route-ahead: share of the committed slots in their layer's own top-k
+    # guess-ahead (--ngram): on the first token of a verify batch, the guesses it carried and how many of them
+    # were kept; 0 on the kept guesses' own rows; -1 without guess-ahead
+    draft_proposed: int = UNMEASURED
+    draft_accepted: int = UNMEASURED
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]
@@ -91,6 +95,9 @@ class Summary:
     hit_pct: float | None = None
     cache_resident_mib: float | None = None
     evictions: int | None = None
+    draft_groups: int | None = None  # guess-ahead: verify batches that carried guesses (None = off)
+    draft_proposed: int | None = None  # guesses made
+    draft_accepted: int | None = None  # guesses kept (each one a token decoded without a decode of its own)
     extra: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -114,6 +121,11 @@ class Summary:
             "cache_resident_mib": UNMEASURED if self.cache_resident_mib is None else round(self.cache_resident_mib, 3),
             "evictions": UNMEASURED if self.evictions is None else self.evictions,
         }
+        if self.draft_proposed is not None:
+            d.update(draft_groups=self.draft_groups, draft_proposed=self.draft_proposed,
+                     draft_accepted=self.draft_accepted,
+                     draft_accept_pct=round(100 * (self.draft_accepted or 0) / self.draft_proposed, 3)
+                     if self.draft_proposed else UNMEASURED)
         d.update(self.extra)
         return d
 
@@ -130,6 +142,8 @@ class Summary:
             parts.append(f"hit {self.hit_pct:.1f}%")
             parts.append(f"cache resident {self.cache_resident_mib:.0f} MiB")
             parts.append(f"{self.evictions} evictions")
+        if self.draft_proposed is not None:
+            parts.append(f"guesses kept {self.draft_accepted}/{self.draft_proposed}")
         return "bmoe: " + ", ".join(parts)
 
 
