@@ -82,7 +82,7 @@ class EngineConfig:
                      help="GGUF model (first shard of a split model)")
     prompt: str = opt("Explain MoE routing.", "-p", "--prompt", metavar="TEXT", help="prompt text")
     n_predict: int = opt(64, "-n", "--n-predict", lo=1, help="tokens to generate")
-    threads: int = opt(0, "-t", "--threads", lo=0, help="compute threads (0 = llama.cpp's default for this machine)")
+    threads: int = opt(0, "-t", "--threads", lo=0, help="compute threads (0 = one per core this process may use)")
     ctx: int = opt(512, "-c", "--ctx", lo=16, help="context size in tokens")
     moe_stream: bool = opt(False, "--moe-stream", help="stream routed experts from flash instead of the mmap baseline")
     cache_mb: int | None = opt(None, "--cache-mb", metavar="0|N|auto", parse=_cache_mb, show=_auto, lo=0,
