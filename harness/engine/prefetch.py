@@ -210,11 +210,14 @@ class Prefetcher:
             self._settle(ent, None)
             return []
         self._tok.wasted_bytes += ent.nbytes
-        self._settle(ent, "wasted")
         running = []
-        for _, f in ent.reads:
-            if not f.cancel() and not f.done():
+        for i, (_, f) in enumerate(ent.reads):
+            if f.cancel():  # never ran: no row in the io trace
+                if self.trace is not None and i < len(ent.rids):
+                    self.trace.forget(ent.rids[i])
+            elif not f.done():
                 running.append(f)
+        self._settle(ent, "wasted")
         return running
 
     def _settle(self, ent: _Entry, what: str | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 from typing import Any, Protocol
 
 from harness.engine import sysstats
@@ -42,8 +43,11 @@ class Decoder(Protocol):
 
 
 def _split_counters(c: TokenCounters, n: int) -> list[TokenCounters]:
-    cols = [split_int(getattr(c, k), n) for k in ("stall_ns", "mgmt_ns", "io_ns", "read_bytes", "lookups", "hits")]
-    return [TokenCounters(*(col[j] for col in cols)) for j in range(n)]
+    """A batch's counters over its n rows, every field summing exactly; an unmeasured one (-1) stays -1."""
+    if n == 1:
+        return [c]
+    cols = {f.name: ([-1] * n if (v := getattr(c, f.name)) < 0 else split_int(v, n)) for f in fields(c)}
+    return [TokenCounters(**{k: col[j] for k, col in cols.items()}) for j in range(n)]
 
 
 class TokenLoop:
