@@ -116,7 +116,7 @@ def _write(p: Path, value: str) -> None:
         f.write(value)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -238,7 +238,7 @@ def remove_stale(base: CgroupBase) -> list[Path]:
         return removed
     for d in entries:
         m = _CHILD_RE.match(d.name)
-        if not m or not d.is_dir() or _pid_alive(int(m.group(1))):
+        if not m or not d.is_dir() or pid_alive(int(m.group(1))):
             continue
         try:
             d.rmdir()

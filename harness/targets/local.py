@@ -20,21 +20,12 @@ from harness import devstate
 from harness.errors import UserError
 from harness.formats.files import copy_file, disk_full, free_bytes, is_disk_full
 from harness.targets.base import LineCallback, RunOutcome, exit_reason
-from harness.targets.cgroup import CappedCgroup, CgroupBase, locate_self
+from harness.targets.cgroup import CappedCgroup, CgroupBase, locate_self, pid_alive
 
 _KILL_GRACE_S = 2.0
 RUN_DIR_PREFIX = "bmoe-run-"
 TEMP_PREFIXES = (RUN_DIR_PREFIX, "bmoe-version-")  # temporary directories named <prefix><pid>-*
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep_stale_temp_dirs(tmp: str | None = None) -> list[str]:
@@ -44,7 +35,7 @@ def sweep_stale_temp_dirs(tmp: str | None = None) -> list[str]:
     for prefix in TEMP_PREFIXES:
         for d in base.glob(f"{prefix}*"):
             pid = d.name[len(prefix):].split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and d.is_dir():
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)) and d.is_dir():
                 shutil.rmtree(d, ignore_errors=True)
                 gone.append(str(d))
     return gone
