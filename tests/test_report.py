@@ -231,3 +231,10 @@ def test_entry_temperature_rise_is_reported_as_throttling(tmp_path):
     md = build_report(folder, with_plots=False).texts["findings.md"]
     assert "throttling: Throttling: the CPU entered runs up to 12.5 C hotter than the first run" in md
     assert "| 4 | r02-c01 | --fast=on | 2 |" in md and "| 52.5 |" in md
+
+
+def test_report_run_inside_the_folder_names_it_in_the_reproduce_line(tmp_path, monkeypatch):
+    folder = two_cell_folder(tmp_path)
+    monkeypatch.chdir(folder)
+    write_report(Path("."))
+    assert f"bmoe-bench report bench-data/{folder.name}\n" in (folder / "findings.md").read_text()

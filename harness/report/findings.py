@@ -311,7 +311,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
         L += quality + [""]
     L += _roofline(data, res) + [""]
     L += _not_shown(data, res) + [""]
-    folder = data.folder.name
+    folder = data.folder.resolve().name  # `report .` run inside the folder: its own name, not ''
     L += ["## Reproduce", "", "```", m.reproduce,
           f"bmoe-bench report bench-data/{folder}", "```", "",
           "Raw data: `manifest.json` (plan, engine, target, every run's record), `runs/<id>/metrics.csv` "
