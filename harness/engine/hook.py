@@ -5,9 +5,11 @@ Contract (ggml_backend_sched with an eval callback): for each graph node the sch
 then passed again with `ask=False`. So:
 - the routing node `ffn_moe_topk-<il>` and the router's weights nodes: harness.engine.hook_route.
 - a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor is bound
-  (harness.engine.hook_bind); on every ask we wait for that tensor's reads, after the batch's evictions are
-  decided (harness.engine.hook_account). Non-last expert matmuls of a layer
-  (gate, up) are isolated too, so the last one's reads (down) overlap their compute.
+  (harness.engine.hook_bind); on every ask we wait for that tensor's reads. Before the first wait the cache
+  decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
+  before they start) and the evicted slices are dropped off the compute thread (harness.engine.hook_account).
+  Non-last expert matmuls of a layer (gate, up) are isolated too, so the last one's reads (down) overlap their
+  compute.
 - dense weights rebound to anonymous copies: harness.engine.hook_dense; taps: harness.engine.hook_taps;
   the compiled front that answers the other asks: harness.engine.hook_front.
 An exception in a ctypes callback would be swallowed and the graph silently cut short, so everything

@@ -1,9 +1,7 @@
 """The hook's accounting stage: a layer batch's cache lookups, the reads of its misses, its evictions and drops.
 
-- the layer batch (`_account`) is looked up in the cache and reads for the misses go to the lanes. Before the
-  first wait of the batch's expert matmuls the cache decides the batch's evictions (`_evict_now`: the policy's
-  bookkeeping then runs while the reads are in flight, not before they start) and the evicted slices are dropped
-  off the compute thread (`_drop`).
+- a layer batch (`_account`): its cache lookups and the reads of its misses; its evictions are decided later,
+  at the first expert-matmul ask (`_evict_now`), and the evicted slices dropped off the compute thread (`_drop`).
 - with `--prefetch K` / `--predict-prefetch` (a `prefetch.Prefetcher`), each layer's routing names experts of the
   next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
   are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads

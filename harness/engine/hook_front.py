@@ -1,6 +1,6 @@
-"""The compiled callback front (cfilter.c): llama.cpp calls it for every graph node; it answers the asks that
-concern no stage of the hook itself and forwards only the routing nodes, the expert matmuls (and, with
-`forward_all`, every ask; with `wprefix`, the router-weights nodes) to the Python callback."""
+"""The compiled callback front (cfilter.c), loaded with ctypes: it answers the scheduler's asks for ordinary
+graph nodes itself and calls the Python hook only for the nodes it cares about (MUL_MAT_ID nodes, the routing
+node, with `wprefix` the router-weights nodes, with `forward_all` every ask) and for every non-ask call."""
 
 from __future__ import annotations
 
