@@ -1,6 +1,6 @@
 """What the expert cache's bookkeeping costs per token, and a digest of every decision it takes.
 
-Drives `ExpertCache` exactly as the engine's hook does (harness/engine/hook.py): for each layer batch the
+Drives `ExpertCache` exactly as the engine's hook does (harness/engine/hook_account.py): for each layer batch the
 previous batch's evictions are decided first (`evict_over_budget`), then the batch is looked up with
 `evict=False`. No llama.cpp, no I/O: only the cache's CPU time, per decode token.
 
