@@ -20,10 +20,10 @@ from harness.engine import sysstats
 from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, lossy_settings, validate_for_model
-from harness.engine.mtp import refusal as mtp_refusal
 from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
+from harness.engine.mtp import refusal as mtp_refusal
 from harness.engine.pressure import Pressure
 from harness.engine.reader import ExpertReader, SliceReader
 from harness.engine.session import RunResult, Session

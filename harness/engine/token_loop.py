@@ -3,11 +3,11 @@
 From the first sampled token: stop on an end-of-generation token or when `cancel` says so (checked between
 decodes), decode the token, hand out its `TokenRow`, sample the next, up to `n_predict` tokens. With
 guess-ahead (`--ngram`, harness.engine.guess; `--mtp`, harness.engine.mtp) the sampled token and its guess are
-decoded in one batch with logits at every position; the guesses that equal the greedy token at their position are kept, the next token
-is the greedy one after them, and the rejected guesses' keys and values are removed from the KV cache. A batch
-that kept m guesses yields m + 1 rows: its wall time, reads and counters are shared evenly among them (sums
-stay exact), and its first row carries `draft_proposed` and `draft_accepted`. An MTP draft's time and reads are
-the group's too: added to its wall time and read bytes.
+decoded in one batch with logits at every position; the guesses that equal the greedy token at their position
+are kept, the next token is the greedy one after them, and the rejected guesses' keys and values are removed
+from the KV cache. A batch that kept m guesses yields m + 1 rows: its wall time, reads and counters are shared
+evenly among them (sums stay exact), and its first row carries `draft_proposed` and `draft_accepted`. An MTP
+draft's time and reads are the group's too: added to its wall time and read bytes.
 """
 
 from __future__ import annotations
