@@ -74,6 +74,8 @@ class TokenLoop:
         self.tokens: list[int] = []
         if self.guessing:
             summary.draft_groups = summary.draft_proposed = summary.draft_accepted = 0
+        if sess.mtp is not None:  # the MTP head's share: time drafting and bytes read meanwhile
+            summary.extra.update(mtp_draft_ms=0.0, mtp_read_mib=0.0)
 
     def _guess(self, tok: int, room: int) -> list[int]:
         if not self.guessing or room <= 0:
@@ -125,6 +127,8 @@ class TokenLoop:
             guess = self._guess(tok, self.n_predict - step)
             if mtp is not None:  # the MTP head's draft is part of this group's work: its time and its reads
                 mtp_s, mtp_b = mtp.seconds - mtp_s, mtp.read_bytes - mtp_b
+                s.extra["mtp_draft_ms"] = round(float(s.extra["mtp_draft_ms"]) + mtp_s * 1e3, 3)  # type: ignore[arg-type]
+                s.extra["mtp_read_mib"] = round(float(s.extra["mtp_read_mib"]) + mtp_b / MIB, 3)  # type: ignore[arg-type]
             loop_ms = (time.perf_counter() - t_loop - mtp_s) * 1e3
             t1 = time.perf_counter()
             try:
