@@ -147,6 +147,26 @@ def test_session_drafts_ahead_and_refuses_a_sampled_request(models):
 
 
 @pytest.mark.engine
+def test_prompts_file_drafts_every_turn_from_a_cleared_cache(models, tmp_path):
+    """--prompts-file clears the KV cache between prompts: the MTP cache follows (its positions are re-found by
+    token), and every turn equals its plain turn."""
+    from harness.formats.metrics_csv import read_metrics
+    from harness.formats.replies import PromptItem, write_prompts
+
+    pf = tmp_path / "prompts.jsonl"
+    write_prompts(pf, [PromptItem(id=f"q{i}", prompt=t) for i, t in enumerate([PROMPT, "3 2 1 3 2 1", PROMPT])])
+    turns = {}
+    for how, flags in (("plain", ()), ("mtp", ("--mtp", "--draft", "3", "--moe-stream", "--cache-mb", "1"))):
+        r = bmoe(models["kept"], "-c", "256", "--prompts-file", str(pf), *flags, n=16, tmp=tmp_path)
+        assert r.rc == 0, r.stderr
+        m = read_metrics(r.csv)
+        turns[how] = [[int(x) for x in g["token_id"]] for _, g in m.rows.groupby("turn", sort=True)]
+        if how == "mtp":
+            assert all(int(g["draft_accepted"].sum()) > 0 for _, g in m.rows.groupby("turn")), how
+    assert len(turns["plain"]) == 3 and turns["mtp"] == turns["plain"]
+
+
+@pytest.mark.engine
 def test_a_model_without_a_nextn_layer_is_refused_with_one_line(tmp_path):
     m = make_model(tmp_path / "q3.gguf", ModelSpec(seed=5))[0]
     r = bmoe(m, "--mtp", n=4, tmp=tmp_path)
