@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from harness.engine.policies import native
 from harness.engine.policies.base import Key, Policy
 from harness.engine.policies.heaps import LayerHeaps
 from harness.engine.policies.markov import MarkovModel
@@ -46,7 +47,7 @@ class Aged(Policy):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         self._opp = [0] * len(expert_bytes)
         self._base = [0.0] * len(expert_bytes)
-        self._heaps = LayerHeaps(len(expert_bytes))
+        self._heaps = native.layer_heaps(len(expert_bytes))
 
     def on_batch(self, layer: int, now: int) -> None:
         self._cur = layer
@@ -119,7 +120,7 @@ class AgedMarkov(Aged):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         super().bind(budget_bytes, expert_bytes)
         n = len(expert_bytes)
-        self._model = MarkovModel(n, self.m)
+        self._model = MarkovModel(n, self.m, native.helper())
         self._res = [set() for _ in range(n)]
 
     def _close(self) -> None:
@@ -128,7 +129,7 @@ class AgedMarkov(Aged):
         if closed is None:
             return
         layer, batch, _ = closed
-        lr = None if model.prev[layer] is None else model.log_ratio(layer, model.rate(layer, len(batch)))
+        lr = None if model.prev[layer] is None else model.rate_and_log_ratio(layer, len(batch))[1]
         keys = list(self._res[layer])
         bonus = self._bonus
         if lr is None:

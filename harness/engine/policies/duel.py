@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from harness.engine.policies import native
 from harness.engine.policies.base import Key, Policy
 from harness.engine.policies.heaps import LayerHeaps
 from harness.engine.policies.markov import MarkovModel, use_rate
@@ -50,11 +51,16 @@ class MarkovDuel(Policy):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         n = len(expert_bytes)
         self._slots = budget_bytes / max(1, sum(expert_bytes))
-        self._model = MarkovModel(n, self.m)
+        self._model = MarkovModel(n, self.m, native.helper())
+        # the compiled scores only where `_rate` and `_adjust` are the online ones (the informed bounds
+        # of the replay override them and take the numpy path)
+        cls = type(self)
+        self._c = self._model.c if (cls._rate, cls._adjust) == (MarkovDuel._rate, MarkovDuel._adjust) else None
+        self._wt = tuple(float(x) for x in self._w)
         self._pred: list[np.ndarray | None] = [None] * n  # each candidate's scores for the next batch
         self._score: list[np.ndarray | None] = [None] * n  # the chosen candidate's
         self._res: list[set[int]] = [set() for _ in range(n)]
-        self._heaps = LayerHeaps(n)
+        self._heaps = native.layer_heaps(n)
         self._zero = [0.0] * n  # no per-layer term in the victim rule
 
     def on_batch(self, layer: int, now: int) -> None:
@@ -72,6 +78,9 @@ class MarkovDuel(Policy):
         top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
         used = np.zeros(n0, bool)
         idx = self._model.prev_idx[layer]  # this decode batch's experts
+        c = self._model.c
+        if c is not None and c.duel_step(pred, idx, k, self.score_decay, self._duel):
+            return  # the same counts (False: a tie argpartition breaks its own way; then numpy's)
         used[idx[idx < n0]] = True
         self._duel = self.score_decay * self._duel + used[top].sum(1)
 
@@ -84,6 +93,9 @@ class MarkovDuel(Policy):
         prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
         if not prefill:
             self._duel_step(layer, batch)
+        if self._c is not None:
+            self._close_compiled(layer, batch, prefill)
+            return
         tok = model.tokens[layer]
         q = self._rate(layer, model.occ[layer], tok, len(batch))
         w = self._w
@@ -100,6 +112,23 @@ class MarkovDuel(Policy):
         self._score[layer] = score
         es = list(self._res[layer])
         self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
+
+    def _close_compiled(self, layer: int, batch: list[int], prefill: bool) -> None:
+        """`_close`'s scores (after its duel step) in C, the log2s in numpy: the same bits."""
+        model, c = self._model, self._c
+        size = model.src[layer].shape[0]
+        q, lr = model.rate_and_log_ratio(layer, len(batch))
+        since, arg = np.empty(size), np.empty(size)
+        c.since(model.last[layer], model.tokens[layer], since, arg)
+        duel = self._duel.tolist()
+        row = duel.index(max(duel))  # np.argmax: the first of the largest
+        cands = np.empty((len(self.ages), size))
+        es = list(self._res[layer])
+        scores = c.duel_scores(np.log2(q), np.log2(arg), lr, since, None if prefill else model.prev_idx[layer],
+                               self._wt, self.ages, cands, row, es)
+        self._pred[layer] = cands
+        self._score[layer] = cands[row]
+        self._heaps.push_many(layer, [(layer, e) for e in es], scores)
 
     def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
         """q(b) for `layer` after its batch (occ: uses so far, tok: tokens so far, k: the batch's

@@ -1,0 +1,730 @@
+/* The per-batch arithmetic of the Markov policies (aged-markov, markov-duel), compiled.
+
+   harness/engine/policies/markov.py and duel.py hold the reference in numpy; each function here
+   reproduces its numpy expression element for element in the same precision (float32 where the
+   reference is float32, float64 where it is float64), and sums in the order numpy does (a reduction
+   over axis 0 of a C-contiguous array adds the rows one after the other). The log2 calls stay in
+   numpy (its SIMD log2 differs from libm's in the last bit), so the caller runs them between these
+   functions. Built with -ffp-contract=off: no fused multiply-add, every product is rounded as numpy's.
+   Arrays are passed through the buffer protocol (no numpy headers), C-contiguous, of the dtypes the
+   reference keeps: counts float32, last-use tokens float64, indices intp. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+typedef struct {
+    Py_buffer v;
+    int held;
+} Buf;
+
+static void buf_release(Buf *b) {
+    if (b->held) {
+        PyBuffer_Release(&b->v);
+        b->held = 0;
+    }
+}
+
+/* kind: 'f' float32, 'd' float64, 'i' intp (8 bytes) */
+static int buf_get(PyObject *o, Buf *b, char kind, int writable, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    b->held = 0;
+    if (PyObject_GetBuffer(o, &b->v, flags) < 0)
+        return -1;
+    b->held = 1;
+    const char *f = b->v.format ? b->v.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    int ok;
+    if (kind == 'f')
+        ok = b->v.itemsize == 4 && f[0] == 'f' && f[1] == 0;
+    else if (kind == 'd')
+        ok = b->v.itemsize == 8 && f[0] == 'd' && f[1] == 0;
+    else
+        ok = b->v.itemsize == 8 && (f[0] == 'l' || f[0] == 'q') && f[1] == 0;
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s: wrong dtype (format %s)", what, f);
+        buf_release(b);
+        return -1;
+    }
+    return 0;
+}
+
+static Py_ssize_t buf_len(Buf *b) { return b->v.len / b->v.itemsize; }
+
+static int check_idx(const Py_ssize_t *idx, Py_ssize_t n, Py_ssize_t size, const char *what) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= size) {
+            PyErr_Format(PyExc_IndexError, "%s: index %zd out of 0..%zd", what, idx[i], size - 1);
+            return -1;
+        }
+    return 0;
+}
+
+/* learn(tr, src, occ, last, idx, counts, tok, pidx): MarkovModel.close's updates.
+   occ[idx] += 1 (counts None) or += counts (an intp array); last[idx] = tok;
+   with pidx: tr[pidx[:, None], idx] += 1 and src[pidx] += 1. Indices unique (one add each). */
+static PyObject *learn(PyObject *self, PyObject *args) {
+    PyObject *otr, *osrc, *oocc, *olast, *oidx, *ocnt, *opidx;
+    double tok;
+    if (!PyArg_ParseTuple(args, "OOOOOOdO", &otr, &osrc, &oocc, &olast, &oidx, &ocnt, &tok, &opidx))
+        return NULL;
+    Buf tr = {0}, src = {0}, occ = {0}, last = {0}, idx = {0}, cnt = {0}, pidx = {0};
+    PyObject *ret = NULL;
+    if (buf_get(otr, &tr, 'f', 1, "tr") || buf_get(osrc, &src, 'f', 1, "src") ||
+        buf_get(oocc, &occ, 'f', 1, "occ") || buf_get(olast, &last, 'd', 1, "last") ||
+        buf_get(oidx, &idx, 'i', 0, "idx"))
+        goto done;
+    if (ocnt != Py_None && buf_get(ocnt, &cnt, 'i', 0, "counts"))
+        goto done;
+    if (opidx != Py_None && buf_get(opidx, &pidx, 'i', 0, "pidx"))
+        goto done;
+    Py_ssize_t size = buf_len(&src), n = buf_len(&idx);
+    if (buf_len(&occ) != size || buf_len(&last) != size || buf_len(&tr) != size * size ||
+        (cnt.held && buf_len(&cnt) != n)) {
+        PyErr_SetString(PyExc_ValueError, "learn: array sizes disagree");
+        goto done;
+    }
+    const Py_ssize_t *ix = idx.v.buf;
+    if (check_idx(ix, n, size, "idx"))
+        goto done;
+    float *fo = occ.v.buf;
+    double *fl = last.v.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        fo[ix[i]] += cnt.held ? (float)((const Py_ssize_t *)cnt.v.buf)[i] : 1.0f;
+        fl[ix[i]] = tok;
+    }
+    if (pidx.held) {
+        const Py_ssize_t *px = pidx.v.buf;
+        Py_ssize_t np_ = buf_len(&pidx);
+        if (check_idx(px, np_, size, "pidx"))
+            goto done;
+        float *ft = tr.v.buf, *fs = src.v.buf;
+        for (Py_ssize_t a = 0; a < np_; a++) {
+            float *row = ft + px[a] * size;
+            for (Py_ssize_t i = 0; i < n; i++)
+                row[ix[i]] += 1.0f;
+            fs[px[a]] += 1.0f;
+        }
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    buf_release(&tr); buf_release(&src); buf_release(&occ); buf_release(&last);
+    buf_release(&idx); buf_release(&cnt); buf_release(&pidx);
+    return ret;
+}
+
+/* ratio(tr, src, occ, tokens, k, m, pidx, q_out, r_out): q = use_rate(occ, tokens, k) into q_out
+   (float32); with pidx (else r_out is left alone) r_out = P / q, where P is the float32 row mean over
+   pidx of (tr[a] + m q) / (src[a] + m), as MarkovModel.log_ratio computes it before its log2. */
+static PyObject *ratio(PyObject *self, PyObject *args) {
+    PyObject *otr, *osrc, *oocc, *opidx, *oq, *or_;
+    double tokens, m;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "OOOdndOOO", &otr, &osrc, &oocc, &tokens, &k, &m, &opidx, &oq, &or_))
+        return NULL;
+    Buf tr = {0}, src = {0}, occ = {0}, pidx = {0}, q = {0}, r = {0};
+    PyObject *ret = NULL;
+    if (buf_get(otr, &tr, 'f', 0, "tr") || buf_get(osrc, &src, 'f', 0, "src") ||
+        buf_get(oocc, &occ, 'f', 0, "occ") || buf_get(oq, &q, 'f', 1, "q_out"))
+        goto done;
+    if (opidx != Py_None && (buf_get(opidx, &pidx, 'i', 0, "pidx") || buf_get(or_, &r, 'f', 1, "r_out")))
+        goto done;
+    Py_ssize_t size = buf_len(&src);
+    if (buf_len(&occ) != size || buf_len(&q) != size || buf_len(&tr) != size * size ||
+        (r.held && buf_len(&r) != size) || k <= 0) {
+        PyErr_SetString(PyExc_ValueError, "ratio: array sizes disagree");
+        goto done;
+    }
+    const float *fo = occ.v.buf;
+    float *fq = q.v.buf;
+    /* (occ + 0.5) / (tokens + 0.5 * size / k): the Python-float denominator becomes float32 first */
+    const float den = (float)(tokens + 0.5 * (double)size / (double)k);
+    for (Py_ssize_t b = 0; b < size; b++)
+        fq[b] = (fo[b] + 0.5f) / den;
+    if (pidx.held) {
+        const Py_ssize_t *px = pidx.v.buf;
+        Py_ssize_t rows = buf_len(&pidx);
+        if (rows == 0) {
+            PyErr_SetString(PyExc_ValueError, "ratio: empty pidx");
+            goto done;
+        }
+        if (check_idx(px, rows, size, "pidx"))
+            goto done;
+        const float *ft = tr.v.buf, *fs = src.v.buf;
+        const float mf = (float)m;
+        float *fr = r.v.buf;
+        for (Py_ssize_t b = 0; b < size; b++) {
+            const float mq = mf * fq[b];
+            float p = 0.0f;
+            for (Py_ssize_t a = 0; a < rows; a++) {
+                const float x = (ft[px[a] * size + b] + mq) / (fs[px[a]] + mf);
+                p = a == 0 ? x : p + x; /* the first row is copied, the next ones added in order */
+            }
+            p = (float)((double)p / (double)rows); /* true_divide by the intp count: double, then cast */
+            fr[b] = p / fq[b];
+        }
+    }
+    ret = PyBool_FromLong(pidx.held);
+done:
+    buf_release(&tr); buf_release(&src); buf_release(&occ); buf_release(&pidx);
+    buf_release(&q); buf_release(&r);
+    return ret;
+}
+
+/* since(last, tok, since_out, arg_out): since = min(tok - last, 1e4), arg = 1 + min(since, 63)
+   (markov-duel's staleness and the argument of its log2), float64. */
+static PyObject *since(PyObject *self, PyObject *args) {
+    PyObject *olast, *os, *oa;
+    double tok;
+    if (!PyArg_ParseTuple(args, "OdOO", &olast, &tok, &os, &oa))
+        return NULL;
+    Buf last = {0}, s = {0}, a = {0};
+    PyObject *ret = NULL;
+    if (buf_get(olast, &last, 'd', 0, "last") || buf_get(os, &s, 'd', 1, "since_out") ||
+        buf_get(oa, &a, 'd', 1, "arg_out"))
+        goto done;
+    Py_ssize_t n = buf_len(&last);
+    if (buf_len(&s) != n || buf_len(&a) != n) {
+        PyErr_SetString(PyExc_ValueError, "since: array sizes disagree");
+        goto done;
+    }
+    const double *fl = last.v.buf;
+    double *fs = s.v.buf, *fa = a.v.buf;
+    for (Py_ssize_t b = 0; b < n; b++) {
+        double d = tok - fl[b];
+        d = d < 1e4 ? d : 1e4; /* np.minimum; no NaN can occur (finite tokens) */
+        fs[b] = d;
+        fa[b] = 1.0 + (d < 63.0 ? d : 63.0);
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    buf_release(&last); buf_release(&s); buf_release(&a);
+    return ret;
+}
+
+/* duel_step(pred, idx, k, decay, duel) -> bool. For each row of pred (n_cand x n0, float64): how many
+   of the row's k largest are experts of idx (those < n0), as np.argpartition(-pred, k - 1)[:, :k]
+   picks them; then duel = decay * duel + counts. When a row's k-th value is tied between used and
+   unused experts, which of them argpartition keeps is its own business: nothing is changed and False
+   is returned (the caller runs numpy). */
+static PyObject *duel_step(PyObject *self, PyObject *args) {
+    PyObject *opred, *oidx, *oduel;
+    Py_ssize_t k;
+    double decay;
+    if (!PyArg_ParseTuple(args, "OOndO", &opred, &oidx, &k, &decay, &oduel))
+        return NULL;
+    Buf pred = {0}, idx = {0}, duel = {0};
+    PyObject *ret = NULL;
+    unsigned char *used = NULL;
+    double *topv = NULL, *counts = NULL;
+    if (buf_get(opred, &pred, 'd', 0, "pred") || buf_get(oidx, &idx, 'i', 0, "idx") ||
+        buf_get(oduel, &duel, 'd', 1, "duel"))
+        goto done;
+    Py_ssize_t rows = buf_len(&duel);
+    if (pred.v.ndim != 2 || pred.v.shape[0] != rows) {
+        PyErr_SetString(PyExc_ValueError, "duel_step: pred is not n_cand x n");
+        goto done;
+    }
+    Py_ssize_t n0 = pred.v.shape[1];
+    if (k < 1 || k > n0) {
+        PyErr_SetString(PyExc_ValueError, "duel_step: k out of range");
+        goto done;
+    }
+    used = calloc((size_t)n0, 1);
+    topv = malloc(sizeof(double) * (size_t)k);
+    counts = malloc(sizeof(double) * (size_t)rows);
+    if (!used || !topv || !counts) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const Py_ssize_t *ix = idx.v.buf;
+    for (Py_ssize_t i = 0; i < buf_len(&idx); i++)
+        if (ix[i] >= 0 && ix[i] < n0)
+            used[ix[i]] = 1;
+    int exact = 1;
+    for (Py_ssize_t r = 0; r < rows && exact; r++) {
+        const double *row = (const double *)pred.v.buf + r * n0;
+        /* the k largest values, kept sorted descending (k is small: a layer's share of the budget) */
+        Py_ssize_t nt = 0;
+        for (Py_ssize_t b = 0; b < n0; b++) {
+            double v = row[b];
+            if (nt == k && !(v > topv[k - 1]))
+                continue;
+            Py_ssize_t j = nt < k ? nt++ : k - 1;
+            while (j > 0 && topv[j - 1] < v) {
+                topv[j] = topv[j - 1];
+                j--;
+            }
+            topv[j] = v;
+        }
+        const double kth = topv[k - 1];
+        Py_ssize_t gt = 0, used_gt = 0, eq = 0, used_eq = 0;
+        for (Py_ssize_t b = 0; b < n0; b++) {
+            if (row[b] > kth) {
+                gt++;
+                used_gt += used[b];
+            } else if (row[b] == kth) {
+                eq++;
+                used_eq += used[b];
+            }
+        }
+        Py_ssize_t need = k - gt; /* how many of the tied ones are kept: 1..eq */
+        if (need == eq)
+            counts[r] = (double)(used_gt + used_eq);
+        else if (used_eq == 0)
+            counts[r] = (double)used_gt;
+        else if (used_eq == eq)
+            counts[r] = (double)(used_gt + need);
+        else
+            exact = 0;
+    }
+    if (exact) {
+        double *fd = duel.v.buf;
+        for (Py_ssize_t r = 0; r < rows; r++)
+            fd[r] = decay * fd[r] + counts[r];
+    }
+    ret = PyBool_FromLong(exact);
+done:
+    free(used); free(topv); free(counts);
+    buf_release(&pred); buf_release(&idx); buf_release(&duel);
+    return ret;
+}
+
+/* duel_scores(lq, la, lr, since, bidx, w, ages, cands_out, row, es) -> list of float.
+   markov-duel's candidates: base = w0 + w2 la + w3 lq (+ w1 at bidx, the decode batch's experts)
+   (+ w4 lr), cands[i] = base - ages[i] since (float64, lq and lr float32 as the reference's log2 gives
+   them); returns cands[row][e] for each e of es. */
+static PyObject *duel_scores(PyObject *self, PyObject *args) {
+    PyObject *olq, *ola, *olr, *os, *obidx, *oages, *oc, *oes;
+    double w0, w1, w2, w3, w4;
+    Py_ssize_t row;
+    if (!PyArg_ParseTuple(args, "OOOOO(ddddd)OOnO", &olq, &ola, &olr, &os, &obidx, &w0, &w1, &w2, &w3, &w4,
+                          &oages, &oc, &row, &oes))
+        return NULL;
+    Buf lq = {0}, la = {0}, lr = {0}, s = {0}, bidx = {0}, ages = {0}, c = {0};
+    PyObject *ret = NULL, *es = NULL;
+    double *base = NULL;
+    if (buf_get(olq, &lq, 'f', 0, "lq") || buf_get(ola, &la, 'd', 0, "la") || buf_get(os, &s, 'd', 0, "since") ||
+        buf_get(oages, &ages, 'd', 0, "ages") || buf_get(oc, &c, 'd', 1, "cands_out"))
+        goto done;
+    if (olr != Py_None && buf_get(olr, &lr, 'f', 0, "lr"))
+        goto done;
+    if (obidx != Py_None && buf_get(obidx, &bidx, 'i', 0, "bidx"))
+        goto done;
+    Py_ssize_t n = buf_len(&lq), na = buf_len(&ages);
+    if (buf_len(&la) != n || buf_len(&s) != n || (lr.held && buf_len(&lr) != n) || buf_len(&c) != na * n ||
+        row < 0 || row >= na) {
+        PyErr_SetString(PyExc_ValueError, "duel_scores: array sizes disagree");
+        goto done;
+    }
+    base = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!base) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const float *flq = lq.v.buf;
+    const double *fla = la.v.buf, *fs = s.v.buf, *fag = ages.v.buf;
+    for (Py_ssize_t b = 0; b < n; b++)
+        base[b] = (w0 + w2 * fla[b]) + w3 * (double)flq[b];
+    if (bidx.held) {
+        const Py_ssize_t *bx = bidx.v.buf;
+        if (check_idx(bx, buf_len(&bidx), n, "bidx"))
+            goto done;
+        for (Py_ssize_t i = 0; i < buf_len(&bidx); i++)
+            base[bx[i]] += w1;
+    }
+    if (lr.held) {
+        const float *flr = lr.v.buf;
+        for (Py_ssize_t b = 0; b < n; b++)
+            base[b] += w4 * (double)flr[b];
+    }
+    double *fc = c.v.buf;
+    for (Py_ssize_t i = 0; i < na; i++)
+        for (Py_ssize_t b = 0; b < n; b++)
+            fc[i * n + b] = base[b] - fag[i] * fs[b];
+    es = PySequence_Fast(oes, "duel_scores: es must be a sequence");
+    if (!es)
+        goto done;
+    Py_ssize_t ne = PySequence_Fast_GET_SIZE(es);
+    PyObject *out = PyList_New(ne);
+    if (!out)
+        goto done;
+    const double *sr = fc + row * n;
+    for (Py_ssize_t i = 0; i < ne; i++) {
+        Py_ssize_t e = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(es, i));
+        if (e == -1 && PyErr_Occurred()) {
+            Py_DECREF(out);
+            goto done;
+        }
+        if (e < 0 || e >= n) {
+            PyErr_Format(PyExc_IndexError, "duel_scores: expert %zd out of 0..%zd", e, n - 1);
+            Py_DECREF(out);
+            goto done;
+        }
+        PyObject *f = PyFloat_FromDouble(sr[e]);
+        if (!f) {
+            Py_DECREF(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, f);
+    }
+    ret = out;
+done:
+    free(base);
+    Py_XDECREF(es);
+    buf_release(&lq); buf_release(&la); buf_release(&lr); buf_release(&s); buf_release(&bidx);
+    buf_release(&ages); buf_release(&c);
+    return ret;
+}
+
+/* ---- LayerHeaps: harness/engine/policies/heaps.py's LayerHeaps, compiled -------------------------
+   Per layer, each resident expert's (score, tie); the tie is a global push counter (older first). A
+   layer's head is its live entry with the lowest (score, tie) (ties are unique, so it is one entry,
+   whatever the data structure: the Python heap finds the same one). `victim` takes each layer's head
+   (the current layer's skips the protected batch), and the first layer maximising
+   base[layer] + phase * d / n - score, d the layer steps from cur until the layer runs again (n for cur
+   itself), computed in the reference's order: (base + (phase * d) / n) - score. */
+
+typedef struct {
+    double *score;
+    long long *tie;
+    unsigned char *live;
+    Py_ssize_t cap, nlive, head; /* head: the lowest live expert, -1 none; -2 not known (dirty) */
+} Layer;
+
+typedef struct {
+    PyObject_HEAD
+    Layer *layers;
+    Py_ssize_t n;
+    long long tie;
+    PyObject *prot;      /* the protected set the mask was built from (a strong reference) */
+    Py_ssize_t prot_layer;
+    unsigned char *mask; /* protected experts of prot_layer */
+    Py_ssize_t mask_len;
+} LayerHeapsObject;
+
+static void lh_dealloc(LayerHeapsObject *self) {
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        free(self->layers[i].score); free(self->layers[i].tie); free(self->layers[i].live);
+    }
+    free(self->layers);
+    free(self->mask);
+    Py_XDECREF(self->prot);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int lh_init(LayerHeapsObject *self, PyObject *args, PyObject *kw) {
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n", &n))
+        return -1;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "LayerHeaps: n_layer < 0");
+        return -1;
+    }
+    self->layers = calloc((size_t)(n ? n : 1), sizeof(Layer));
+    if (!self->layers) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->n = n;
+    for (Py_ssize_t i = 0; i < n; i++)
+        self->layers[i].head = -1;
+    self->prot_layer = -1;
+    return 0;
+}
+
+static int lh_key(LayerHeapsObject *self, PyObject *key, Py_ssize_t *layer, Py_ssize_t *e) {
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2) {
+        PyErr_SetString(PyExc_TypeError, "LayerHeaps: a key is a (layer, expert) tuple");
+        return -1;
+    }
+    *layer = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, 0));
+    if (*layer == -1 && PyErr_Occurred())
+        return -1;
+    *e = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, 1));
+    if (*e == -1 && PyErr_Occurred())
+        return -1;
+    if (*layer < 0 || *layer >= self->n || *e < 0) {
+        PyErr_Format(PyExc_IndexError, "LayerHeaps: key (%zd, %zd) out of range", *layer, *e);
+        return -1;
+    }
+    return 0;
+}
+
+static int lh_set(LayerHeapsObject *self, Py_ssize_t layer, Py_ssize_t e, double score) {
+    Layer *L = &self->layers[layer];
+    if (e >= L->cap) {
+        Py_ssize_t cap = L->cap ? L->cap : 8;
+        while (cap <= e)
+            cap *= 2;
+        double *s = realloc(L->score, sizeof(double) * (size_t)cap);
+        if (s) L->score = s;
+        long long *t = realloc(L->tie, sizeof(long long) * (size_t)cap);
+        if (t) L->tie = t;
+        unsigned char *l = realloc(L->live, (size_t)cap);
+        if (l) L->live = l;
+        if (!s || !t || !l) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memset(L->live + L->cap, 0, (size_t)(cap - L->cap));
+        L->cap = cap;
+    }
+    if (!L->live[e]) {
+        L->live[e] = 1;
+        L->nlive++;
+    }
+    L->score[e] = score;
+    L->tie[e] = ++self->tie;
+    L->head = -2;
+    return 0;
+}
+
+static PyObject *lh_push(LayerHeapsObject *self, PyObject *args) {
+    PyObject *key;
+    double score;
+    Py_ssize_t layer, e;
+    if (!PyArg_ParseTuple(args, "Od", &key, &score) || lh_key(self, key, &layer, &e) || lh_set(self, layer, e, score))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *lh_push_many(LayerHeapsObject *self, PyObject *args) {
+    Py_ssize_t layer;
+    PyObject *okeys, *oscores;
+    if (!PyArg_ParseTuple(args, "nOO", &layer, &okeys, &oscores))
+        return NULL;
+    PyObject *keys = PySequence_Fast(okeys, "push_many: keys must be a sequence");
+    if (!keys)
+        return NULL;
+    PyObject *scores = PySequence_Fast(oscores, "push_many: scores must be a sequence");
+    if (!scores) {
+        Py_DECREF(keys);
+        return NULL;
+    }
+    PyObject *ret = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(scores) != n) {
+        PyErr_SetString(PyExc_ValueError, "push_many: keys and scores differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t l, e;
+        double s = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(scores, i));
+        if (s == -1.0 && PyErr_Occurred())
+            goto done;
+        if (lh_key(self, PySequence_Fast_GET_ITEM(keys, i), &l, &e))
+            goto done;
+        if (l != layer) {
+            PyErr_SetString(PyExc_ValueError, "push_many: a key of another layer");
+            goto done;
+        }
+        if (lh_set(self, l, e, s))
+            goto done;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+done:
+    Py_DECREF(keys);
+    Py_DECREF(scores);
+    return ret;
+}
+
+static PyObject *lh_discard(LayerHeapsObject *self, PyObject *key) {
+    Py_ssize_t layer, e;
+    if (lh_key(self, key, &layer, &e))
+        return NULL;
+    Layer *L = &self->layers[layer];
+    if (e < L->cap && L->live[e]) {
+        L->live[e] = 0;
+        L->nlive--;
+        L->head = -2;
+    }
+    Py_RETURN_NONE;
+}
+
+/* the lowest live (score, tie) of L, skipping the experts set in mask (NULL: none); -1 when none */
+static Py_ssize_t lh_lowest(const Layer *L, const unsigned char *mask, Py_ssize_t mask_len) {
+    Py_ssize_t best = -1;
+    if (!L->nlive)
+        return -1;
+    for (Py_ssize_t e = 0; e < L->cap; e++) {
+        if (!L->live[e] || (mask && e < mask_len && mask[e]))
+            continue;
+        if (best < 0 || L->score[e] < L->score[best] ||
+            (L->score[e] == L->score[best] && L->tie[e] < L->tie[best]))
+            best = e;
+    }
+    return best;
+}
+
+static int lh_mask(LayerHeapsObject *self, Py_ssize_t cur, PyObject *protected) {
+    if (self->prot == protected && self->prot_layer == cur)
+        return 0;
+    Py_ssize_t need = 0;
+    PyObject *it = PyObject_GetIter(protected), *item;
+    if (!it)
+        return -1;
+    /* two passes over a small set: its size, then the marks */
+    Py_ssize_t cap = 64, len = 0;
+    Py_ssize_t *es = malloc(sizeof(Py_ssize_t) * (size_t)cap);
+    if (!es) {
+        Py_DECREF(it);
+        PyErr_NoMemory();
+        return -1;
+    }
+    while ((item = PyIter_Next(it))) {
+        Py_ssize_t l, e;
+        int bad = lh_key(self, item, &l, &e);
+        Py_DECREF(item);
+        if (bad) {
+            PyErr_Clear(); /* a key the heaps cannot hold is not one of theirs: it protects nothing */
+            continue;
+        }
+        if (l != cur)
+            continue;
+        if (len == cap) {
+            Py_ssize_t *g = realloc(es, sizeof(Py_ssize_t) * (size_t)(cap *= 2));
+            if (!g) {
+                free(es);
+                Py_DECREF(it);
+                PyErr_NoMemory();
+                return -1;
+            }
+            es = g;
+        }
+        es[len++] = e;
+        if (e + 1 > need)
+            need = e + 1;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        free(es);
+        return -1;
+    }
+    if (need > self->mask_len) {
+        unsigned char *m = realloc(self->mask, (size_t)need);
+        if (!m) {
+            free(es);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->mask = m;
+        self->mask_len = need;
+    }
+    if (self->mask_len)
+        memset(self->mask, 0, (size_t)self->mask_len);
+    for (Py_ssize_t i = 0; i < len; i++)
+        self->mask[es[i]] = 1;
+    free(es);
+    Py_INCREF(protected);
+    Py_XSETREF(self->prot, protected);
+    self->prot_layer = cur;
+    return 0;
+}
+
+static PyObject *lh_victim(LayerHeapsObject *self, PyObject *args) {
+    Py_ssize_t cur;
+    PyObject *protected, *obase;
+    double phase;
+    if (!PyArg_ParseTuple(args, "nOOd", &cur, &protected, &obase, &phase))
+        return NULL;
+    Py_ssize_t n = self->n;
+    if (cur < 0 || cur >= n) {
+        PyErr_SetString(PyExc_IndexError, "victim: cur out of range");
+        return NULL;
+    }
+    PyObject *base = PySequence_Fast(obase, "victim: base must be a sequence");
+    if (!base)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(base) != n) {
+        Py_DECREF(base);
+        PyErr_SetString(PyExc_ValueError, "victim: base is not one number per layer");
+        return NULL;
+    }
+    if (lh_mask(self, cur, protected)) {
+        Py_DECREF(base);
+        return NULL;
+    }
+    Py_ssize_t best = -1, best_e = -1;
+    double best_s = 0.0;
+    for (Py_ssize_t layer = 0; layer < n; layer++) {
+        Layer *L = &self->layers[layer];
+        Py_ssize_t e;
+        if (layer == cur) {
+            e = lh_lowest(L, self->mask, self->mask_len);
+        } else {
+            if (L->head == -2)
+                L->head = lh_lowest(L, NULL, 0);
+            e = L->head;
+        }
+        if (e < 0)
+            continue;
+        double b = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(base, layer));
+        if (b == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(base);
+            return NULL;
+        }
+        Py_ssize_t d = ((layer - cur) % n + n) % n;
+        double s = (b + (phase * (double)(d ? d : n)) / (double)n) - L->score[e];
+        if (best < 0 || s > best_s) {
+            best = layer;
+            best_e = e;
+            best_s = s;
+        }
+    }
+    Py_DECREF(base);
+    if (best < 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nn)", best, best_e);
+}
+
+static PyMethodDef lh_methods[] = {
+    {"push", (PyCFunction)lh_push, METH_VARARGS, "Set (or replace) a resident entry's score."},
+    {"push_many", (PyCFunction)lh_push_many, METH_VARARGS, "push of each key of a layer, in order."},
+    {"discard", (PyCFunction)lh_discard, METH_O, "Forget an entry."},
+    {"victim", (PyCFunction)lh_victim, METH_VARARGS, "The victim rule of LayerHeaps.victim."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LayerHeapsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "harness.engine._policyc.LayerHeaps",
+    .tp_basicsize = sizeof(LayerHeapsObject),
+    .tp_dealloc = (destructor)lh_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LayerHeaps of harness.engine.policies.heaps, compiled (the same victims).",
+    .tp_methods = lh_methods,
+    .tp_init = (initproc)lh_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyMethodDef methods[] = {
+    {"learn", learn, METH_VARARGS, "MarkovModel.close's count updates."},
+    {"ratio", ratio, METH_VARARGS, "use rate q and P / q (before the log2) of MarkovModel.log_ratio."},
+    {"since", since, METH_VARARGS, "markov-duel's staleness and its log2 argument."},
+    {"duel_step", duel_step, METH_VARARGS, "markov-duel's candidate hits (False: a tie, run numpy)."},
+    {"duel_scores", duel_scores, METH_VARARGS, "markov-duel's candidate scores and the resident entries'."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_policyc", "Markov policies' arithmetic, compiled.",
+                                    -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__policyc(void) {
+    if (PyType_Ready(&LayerHeapsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&LayerHeapsType);
+    if (PyModule_AddObject(m, "LayerHeaps", (PyObject *)&LayerHeapsType) < 0) {
+        Py_DECREF(&LayerHeapsType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
