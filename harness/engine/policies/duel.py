@@ -75,12 +75,12 @@ class MarkovDuel(Policy):
             return
         n0 = pred.shape[1]
         k = int(min(max(1, round(self._slots)), n0 - 1))
-        top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
-        used = np.zeros(n0, bool)
         idx = self._model.prev_idx[layer]  # this decode batch's experts
         c = self._model.c
         if c is not None and c.duel_step(pred, idx, k, self.score_decay, self._duel):
             return  # the same counts (False: a tie argpartition breaks its own way; then numpy's)
+        top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
+        used = np.zeros(n0, bool)
         used[idx[idx < n0]] = True
         self._duel = self.score_decay * self._duel + used[top].sum(1)
 
