@@ -48,7 +48,15 @@ class MarkovModel:
         size = self.src[layer].shape[0]
         if e < size:
             return
-        new = max(e + 1, 2 * size, 8)
+        self.fit(layer, max(e + 1, 2 * size, 8))
+
+    def fit(self, layer: int, new: int) -> None:
+        """Grow `layer`'s arrays to `new` experts (zeros; last use -1e9): one pad or several, the same
+        arrays. A caller that sizes them by `_grow`'s rule elsewhere (the compiled aged core) fits
+        them before a close."""
+        size = self.src[layer].shape[0]
+        if new <= size:
+            return
         d = new - size
         self.tr[layer] = np.pad(self.tr[layer], ((0, d), (0, d)))
         self.src[layer] = np.pad(self.src[layer], (0, d))
@@ -78,6 +86,11 @@ class MarkovModel:
         self.open, self.batch, self.batch_occ = -1, [], {}
         if layer < 0 or not batch:
             return None
+        return self.learn(layer, batch, batch_occ)
+
+    def learn(self, layer: int, batch: list[int], batch_occ: dict[int, int]) -> tuple[int, list[int], int]:
+        """`close` of a batch collected elsewhere (batch: its experts in lookup order, batch_occ: their
+        occurrences; not empty)."""
         idx = np.array(batch, np.intp)  # batch_occ's keys, in the same order
         ntok = max(batch_occ.values())
         tok = self.tokens[layer] + ntok
