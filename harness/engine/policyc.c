@@ -749,8 +749,12 @@ typedef struct {
     PyObject *batch;     /* list of int */
     PyObject *batch_occ; /* dict int -> int */
     Py_ssize_t *msize;   /* MarkovModel's array size per layer */
-    PyObject *res;       /* list of sets of keys */
+    PyObject *res;       /* list of sets of keys (duel: of experts) */
     PyObject *closer;
+    /* duel: markov-duel's calls (no counts; its scores are pushed by its close, a preload's by `preload`) */
+    int duel;
+    double phase;
+    PyObject *preload;
 } AgedCoreObject;
 
 static void ac_dealloc(AgedCoreObject *self) {
@@ -760,16 +764,20 @@ static void ac_dealloc(AgedCoreObject *self) {
         }
     free(self->st); free(self->opp); free(self->base); free(self->msize);
     Py_XDECREF(self->heaps); Py_XDECREF(self->batch); Py_XDECREF(self->batch_occ);
-    Py_XDECREF(self->res); Py_XDECREF(self->closer);
+    Py_XDECREF(self->res); Py_XDECREF(self->closer); Py_XDECREF(self->preload);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int ac_init(AgedCoreObject *self, PyObject *args, PyObject *kw) {
     Py_ssize_t n;
     int markov;
-    PyObject *closer = Py_None;
-    if (!PyArg_ParseTuple(args, "ndddp|O", &n, &self->w, &self->log2_decay, &self->beta, &markov, &closer))
+    PyObject *closer = Py_None, *preload = Py_None;
+    self->phase = 1.0;
+    if (!PyArg_ParseTuple(args, "ndddp|OpdO", &n, &self->w, &self->log2_decay, &self->beta, &markov, &closer,
+                          &self->duel, &self->phase, &preload))
         return -1;
+    if (self->duel)
+        markov = 1;
     if (n < 0) {
         PyErr_SetString(PyExc_ValueError, "AgedCore: n_layer < 0");
         return -1;
@@ -802,6 +810,8 @@ static int ac_init(AgedCoreObject *self, PyObject *args, PyObject *kw) {
     }
     Py_INCREF(closer);
     self->closer = closer;
+    Py_INCREF(preload);
+    self->preload = preload;
     return 0;
 }
 
@@ -879,6 +889,8 @@ static int ac_parse(AgedCoreObject *self, PyObject *args, PyObject **key, Py_ssi
 static PyObject *ac_hit(AgedCoreObject *self, PyObject *key, Py_ssize_t layer, Py_ssize_t e) {
     if (self->markov && ac_see(self, layer, e, PyTuple_GET_ITEM(key, 1)) < 0)
         return NULL;
+    if (self->duel)
+        Py_RETURN_NONE;
     Stats *S = ac_stats(self, layer, e);
     if (!S)
         return NULL;
@@ -910,6 +922,14 @@ static PyObject *ac_on_insert(AgedCoreObject *self, PyObject *args) {
     Py_ssize_t layer, e;
     if (ac_parse(self, args, &key, &layer, &e))
         return NULL;
+    if (self->duel) {
+        if (PySet_Add(PyList_GET_ITEM(self->res, layer), PyTuple_GET_ITEM(key, 1)) < 0 ||
+            ac_see(self, layer, e, PyTuple_GET_ITEM(key, 1)) < 0)
+            return NULL;
+        if (layer != self->open && self->preload != Py_None) /* a preload: the layer's current score */
+            return PyObject_CallOneArg(self->preload, key);
+        Py_RETURN_NONE;
+    }
     if (self->markov && PySet_Add(PyList_GET_ITEM(self->res, layer), key) < 0)
         return NULL;
     return ac_hit(self, key, layer, e);
@@ -935,6 +955,8 @@ static PyObject *ac_on_promote(AgedCoreObject *self, PyObject *args) {
         }
         Py_DECREF(nv);
     }
+    if (self->duel)
+        Py_RETURN_NONE;
     Stats *S = ac_stats(self, layer, e);
     if (!S)
         return NULL;
@@ -953,7 +975,10 @@ static PyObject *ac_on_evict(AgedCoreObject *self, PyObject *key) {
     Py_ssize_t layer, e;
     if (lh_key(self->heaps, key, &layer, &e))
         return NULL;
-    if (self->markov) {
+    if (self->duel) {
+        if (PySet_Discard(PyList_GET_ITEM(self->res, layer), PyTuple_GET_ITEM(key, 1)) < 0)
+            return NULL;
+    } else if (self->markov) {
         if (PySet_Discard(PyList_GET_ITEM(self->res, layer), key) < 0)
             return NULL;
         if (e < self->st[layer].cap)
@@ -974,8 +999,10 @@ static PyObject *ac_on_batch(AgedCoreObject *self, PyObject *args) {
     if (self->markov && ac_call_closer(self) < 0)
         return NULL;
     self->cur = layer;
-    self->opp[layer] += 1;
-    self->base[layer] = self->beta * (double)self->opp[layer];
+    if (!self->duel) { /* duel: no per-layer term (its base stays 0.0) */
+        self->opp[layer] += 1;
+        self->base[layer] = self->beta * (double)self->opp[layer];
+    }
     if (self->markov)
         self->open = layer;
     Py_RETURN_NONE;
@@ -984,7 +1011,7 @@ static PyObject *ac_on_batch(AgedCoreObject *self, PyObject *args) {
 static PyObject *ac_victim(AgedCoreObject *self, PyObject *protected) {
     if (self->markov && self->open >= 0 && ac_call_closer(self) < 0)
         return NULL;
-    return lh_victim_c(self->heaps, self->cur, protected, self->base, 1.0);
+    return lh_victim_c(self->heaps, self->cur, protected, self->base, self->duel ? self->phase : 1.0);
 }
 
 /* take() -> (layer, batch, batch_occ) of the open batch, or None; the batch is closed either way */
@@ -1090,10 +1117,12 @@ static PyObject *ac_size(AgedCoreObject *self, PyObject *arg) {
 
 static PyObject *ac_get_open(AgedCoreObject *self, void *c) { return PyLong_FromSsize_t(self->open); }
 static PyObject *ac_get_res(AgedCoreObject *self, void *c) { Py_INCREF(self->res); return self->res; }
+static PyObject *ac_get_heaps(AgedCoreObject *self, void *c) { Py_INCREF(self->heaps); return (PyObject *)self->heaps; }
 
 static PyGetSetDef ac_getset[] = {
     {"open", (getter)ac_get_open, NULL, "the layer whose batch is open (-1: none)", NULL},
-    {"res", (getter)ac_get_res, NULL, "each layer's resident keys (markov)", NULL},
+    {"res", (getter)ac_get_res, NULL, "each layer's resident keys (markov; duel: experts)", NULL},
+    {"heaps", (getter)ac_get_heaps, NULL, "the LayerHeaps the victims come from", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1116,7 +1145,8 @@ static PyTypeObject AgedCoreType = {
     .tp_basicsize = sizeof(AgedCoreObject),
     .tp_dealloc = (destructor)ac_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "AgedCore(n_layer, w, log2_decay, beta, markov, closer=None): the aged policies' state, compiled.",
+    .tp_doc = "AgedCore(n_layer, w, log2_decay, beta, markov, closer=None, duel=False, phase=1.0, preload=None): "
+               "the aged policies' state (duel: markov-duel's), compiled.",
     .tp_methods = ac_methods,
     .tp_getset = ac_getset,
     .tp_init = (initproc)ac_init,

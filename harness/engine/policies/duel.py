@@ -3,6 +3,7 @@ design)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -62,6 +63,24 @@ class MarkovDuel(Policy):
         self._res: list[set[int]] = [set() for _ in range(n)]
         self._heaps = native.layer_heaps(n)
         self._zero = [0.0] * n  # no per-layer term in the victim rule
+        self._core = None
+        if self._c is not None and cls is MarkovDuel:
+            ref = weakref.ref(self)  # the core calls back; a weak reference keeps no cycle
+
+            def closer() -> None:
+                me = ref()
+                if me is not None:
+                    me._close()
+
+            def preload(key: Key) -> None:
+                me = ref()
+                if me is not None:
+                    me._push_current(key)
+
+            core = self._core = self._c.AgedCore(n, 0.0, 0.0, 0.0, True, closer, True, self.phase, preload)
+            self._heaps, self._res = core.heaps, core.res
+            for name in ("on_batch", "on_hit", "on_insert", "on_promote", "on_evict", "victim"):
+                setattr(self, name, getattr(core, name))  # the cache's calls go straight to the core
 
     def on_batch(self, layer: int, now: int) -> None:
         self._close()
@@ -86,7 +105,7 @@ class MarkovDuel(Policy):
 
     def _close(self) -> None:
         model = self._model
-        closed = model.close()
+        closed = model.close() if self._core is None else self._take()
         if closed is None:
             return
         layer, batch, ntok = closed
@@ -112,6 +131,15 @@ class MarkovDuel(Policy):
         self._score[layer] = score
         es = list(self._res[layer])
         self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
+
+    def _take(self) -> tuple[int, list[int], int] | None:
+        """`MarkovModel.close` of the batch the compiled core collected."""
+        taken = self._core.take()
+        if taken is None:
+            return None
+        layer, batch, batch_occ = taken
+        self._model.fit(layer, self._core.size(layer))
+        return self._model.learn(layer, batch, batch_occ)
 
     def _close_compiled(self, layer: int, batch: list[int], prefill: bool) -> None:
         """`_close`'s scores (after its duel step) in C, the log2s in numpy: the same bits."""
@@ -146,9 +174,12 @@ class MarkovDuel(Policy):
         self._res[key[0]].add(key[1])
         self._model.see(key)
         if key[0] != self._model.open:  # a preload (outside any batch): the layer's current score, else 0
-            score = self._score[key[0]]
-            s = float(score[key[1]]) if score is not None and key[1] < score.shape[0] else 0.0
-            self._heaps.push(key, s)
+            self._push_current(key)
+
+    def _push_current(self, key: Key) -> None:
+        score = self._score[key[0]]
+        s = float(score[key[1]]) if score is not None and key[1] < score.shape[0] else 0.0
+        self._heaps.push(key, s)
 
     def on_promote(self, key: Key, now: int) -> None:
         self._model.promote(key)
