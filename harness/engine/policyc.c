@@ -206,6 +206,31 @@ done:
     return ret;
 }
 
+/* the k-th largest of a[0..n) (1 <= k <= n; a is reordered), by quickselect (no NaN in a) */
+static double kth_largest(double *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        double piv = a[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > piv) i++;
+            while (a[j] < piv) j--;
+            if (i <= j) {
+                double t = a[i]; a[i] = a[j]; a[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want];
+    }
+    return a[want];
+}
+
 /* duel_step(pred, idx, k, decay, duel) -> bool. For each row of pred (n_cand x n0, float64): how many
    of the row's k largest are experts of idx (those < n0), as np.argpartition(-pred, k - 1)[:, :k]
    picks them; then duel = decay * duel + counts. When a row's k-th value is tied between used and
@@ -235,7 +260,7 @@ static PyObject *duel_step(PyObject *self, PyObject *args) {
         goto done;
     }
     used = calloc((size_t)n0, 1);
-    topv = malloc(sizeof(double) * (size_t)k);
+    topv = malloc(sizeof(double) * (size_t)n0);
     counts = malloc(sizeof(double) * (size_t)rows);
     if (!used || !topv || !counts) {
         PyErr_NoMemory();
@@ -245,43 +270,47 @@ static PyObject *duel_step(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < buf_len(&idx); i++)
         if (ix[i] >= 0 && ix[i] < n0)
             used[ix[i]] = 1;
+    /* the used experts, once each */
+    Py_ssize_t nu = 0, *us = malloc(sizeof(Py_ssize_t) * (size_t)n0);
+    if (!us) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < buf_len(&idx); i++)
+        if (ix[i] >= 0 && ix[i] < n0 && used[ix[i]] == 1) {
+            used[ix[i]] = 2;
+            us[nu++] = ix[i];
+        }
     int exact = 1;
     for (Py_ssize_t r = 0; r < rows && exact; r++) {
         const double *row = (const double *)pred.v.buf + r * n0;
-        /* the k largest values, kept sorted descending (k is small: a layer's share of the budget) */
-        Py_ssize_t nt = 0;
-        for (Py_ssize_t b = 0; b < n0; b++) {
-            double v = row[b];
-            if (nt == k && !(v > topv[k - 1]))
-                continue;
-            Py_ssize_t j = nt < k ? nt++ : k - 1;
-            while (j > 0 && topv[j - 1] < v) {
-                topv[j] = topv[j - 1];
-                j--;
-            }
-            topv[j] = v;
+        memcpy(topv, row, sizeof(double) * (size_t)n0);
+        const double kth = kth_largest(topv, n0, k); /* the row's k-th largest value */
+        Py_ssize_t cnt = 0;
+        int tied = 0;
+        for (Py_ssize_t j = 0; j < nu; j++) {
+            cnt += row[us[j]] > kth; /* above the k-th: kept by any top-k */
+            tied |= row[us[j]] == kth;
         }
-        const double kth = topv[k - 1];
-        Py_ssize_t gt = 0, used_gt = 0, eq = 0, used_eq = 0;
-        for (Py_ssize_t b = 0; b < n0; b++) {
-            if (row[b] > kth) {
-                gt++;
-                used_gt += used[b];
-            } else if (row[b] == kth) {
-                eq++;
-                used_eq += used[b];
+        if (tied) { /* a used expert holds the k-th value: of the eq experts holding it, k - gt are kept */
+            Py_ssize_t gt = 0, eq = 0, used_eq = 0;
+            for (Py_ssize_t b = 0; b < n0; b++) {
+                gt += row[b] > kth;
+                if (row[b] == kth) {
+                    eq++;
+                    used_eq += used[b] != 0;
+                }
             }
+            if (k - gt == eq)
+                cnt += used_eq; /* all of them kept */
+            else if (used_eq == eq)
+                cnt += k - gt; /* all of them used */
+            else
+                exact = 0; /* which of the tied ones argpartition keeps is its own business */
         }
-        Py_ssize_t need = k - gt; /* how many of the tied ones are kept: 1..eq */
-        if (need == eq)
-            counts[r] = (double)(used_gt + used_eq);
-        else if (used_eq == 0)
-            counts[r] = (double)used_gt;
-        else if (used_eq == eq)
-            counts[r] = (double)(used_gt + need);
-        else
-            exact = 0;
+        counts[r] = (double)cnt;
     }
+    free(us);
     if (exact) {
         double *fd = duel.v.buf;
         for (Py_ssize_t r = 0; r < rows; r++)
