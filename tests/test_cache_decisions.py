@@ -20,8 +20,15 @@ def test_the_pinned_grid_is_the_digest_grid() -> None:
     assert sorted(PINNED) == sorted(f"{w}/{p}/{b}" for w, bs in DIGEST_GRID.items() for b in bs for p in ONLINE)
 
 
+@pytest.mark.parametrize("impl", ["compiled", "numpy"])
 @pytest.mark.parametrize("name", list(DIGEST_GRID))
-def test_every_policy_decides_as_before(name: str) -> None:
+def test_every_policy_decides_as_before(name: str, impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both implementations: the compiled helper and the pure-Python (numpy) reference."""
+    from harness.engine.policies import native
+
+    if impl == "compiled" and native._compiled is None:
+        pytest.skip("the compiled helper is not built (harness/engine/_policyc)")
+    monkeypatch.setenv(native.ENV, "1" if impl == "numpy" else "0")
     w = workload(name)
     wrong = [f"{name}/{p}/{b}" for b in DIGEST_GRID[name] for p in ONLINE
              if drive(w, p, b * MIB)[1] != PINNED[f"{name}/{p}/{b}"]]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
-from harness.engine.policies.heaps import LayerHeaps
+from harness.engine.policies.heaps import LayerHeaps, LazyMinHeap
 
 try:
     from harness.engine import _policyc as _compiled
@@ -34,3 +34,9 @@ def layer_heaps(n_layer: int) -> LayerHeaps:
     """A LayerHeaps of `n_layer` layers: the compiled one (the same victims) unless `helper()` is None."""
     c = helper()
     return LayerHeaps(n_layer) if c is None else c.LayerHeaps(n_layer)
+
+
+def min_heap() -> LazyMinHeap:
+    """A LazyMinHeap of (layer, expert) keys: the compiled one (the same peeks) unless `helper()` is None."""
+    c = helper()
+    return LazyMinHeap() if c is None else c.MinHeap()
