@@ -1,13 +1,18 @@
-/* The per-batch arithmetic of the Markov policies (aged-markov, markov-duel), compiled.
-
-   harness/engine/policies/markov.py and duel.py hold the reference in numpy; each function here
-   reproduces its numpy expression element for element in the same precision (float32 where the
-   reference is float32, float64 where it is float64), and sums in the order numpy does (a reduction
-   over axis 0 of a C-contiguous array adds the rows one after the other). The log2 calls stay in
-   numpy (its SIMD log2 differs from libm's in the last bit), so the caller runs them between these
-   functions. Built with -ffp-contract=off: no fused multiply-add, every product is rounded as numpy's.
-   Arrays are passed through the buffer protocol (no numpy headers), C-contiguous, of the dtypes the
-   reference keeps: counts float32, last-use tokens float64, indices intp. */
+/* The cache policies' bookkeeping, compiled: harness.engine._policyc, an optional extension (setup.py).
+   harness/engine/policies/*.py hold the reference (pure Python and numpy), which runs when this is not
+   built or with BMOE_PURE_PYTHON_POLICIES=1; harness/engine/policies/native.py picks. Every decision is
+   the reference's, bit for bit (tests/test_cache_decisions.py, tests/test_policy_impls.py):
+   - the Markov policies' per-batch arithmetic (learn, ratio, since, duel_step, duel_scores): each numpy
+     expression element for element in the same precision (float32 where the reference is float32,
+     float64 where it is float64), summed in numpy's order (a reduction over axis 0 of a C-contiguous
+     array adds the rows one after the other). The log2 calls stay in numpy (its SIMD log2 differs from
+     libm's in the last bit), so the caller runs them between these functions;
+   - LayerHeaps and MinHeap, the score heaps (heaps.py): the same victims and peeks;
+   - AgedCore, the per-lookup state of aged, aged-decay, aged-markov (and markov-duel's, duel mode): the
+     cache calls it directly; Python floats' arithmetic is libm's pow and log2, in the same order.
+   Built with -ffp-contract=off: no fused multiply-add, every product rounded on its own. Arrays come
+   through the buffer protocol (no numpy headers), C-contiguous, of the dtypes the reference keeps:
+   counts float32, last-use tokens float64, indices intp. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -747,7 +752,9 @@ static PyTypeObject LayerHeapsType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* ---- AgedCore: the per-lookup state of `aged`, `aged-decay` and `aged-markov` (policies/aged.py) ----
+/* ---- AgedCore: the per-lookup state of `aged`, `aged-decay` and `aged-markov` (policies/aged.py), and
+   in duel mode markov-duel's (policies/duel.py: only the batch collection, resident sets and victims;
+   its scores come from its close, in Python with the functions above) ----
    Per (layer, expert): the opportunity of its last use and log2 of its use count (they outlive
    residency), and aged-markov's bonus; per layer: its runs (opportunities) and the victim rule's base.
    Arithmetic as the reference's Python floats: libm pow and log2 (as CPython's ** and math.log2), the
