@@ -1,7 +1,7 @@
 """Builds the optional C helpers: two plain shared objects, the C front of the eval callback
 (harness/engine/cfilter.c, loaded with ctypes) and the mmap shim that lets a load skip MAP_POPULATE
-(harness/engine/lazymap.c, preloaded by the `bmoe` command), and one extension module, the Markov
-policies' per-batch arithmetic (harness/engine/policyc.c). Everything else is in pyproject.toml. If the
+(harness/engine/lazymap.c, preloaded by the `bmoe` command), and one extension module, the cache
+policies' bookkeeping (harness/engine/policyc*.c). Everything else is in pyproject.toml. If the
 compiler is missing, these optional parts are skipped: the engine then uses its pure-Python callback and
 loads as llama.cpp does (and says which in its CSV), and the policies score with numpy (the same decisions)."""
 
@@ -31,7 +31,10 @@ setup(
                            optional=True),
                  Extension("harness.engine._lazymap", ["harness/engine/lazymap.c"], extra_compile_args=["-O2"],
                            libraries=["dl"], optional=True),
-                 Extension("harness.engine._policyc", ["harness/engine/policyc.c"],
-                           extra_compile_args=["-O2", "-ffp-contract=off"], optional=True)],
+                 Extension("harness.engine._policyc",
+                           [f"harness/engine/{n}.c" for n in ("policyc", "policyc_markov", "policyc_heaps",
+                                                              "policyc_core", "policyc_minheap")],
+                           depends=["harness/engine/policyc.h"],
+                           extra_compile_args=["-O2", "-ffp-contract=off", "-fvisibility=hidden"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -1,7 +1,7 @@
-"""The compiled helper of the Markov policies (harness/engine/_policyc, built from policyc.c by setup.py
-when a compiler was there), or None: then the numpy and pure-Python reference runs. Both take the same decisions
-(tests/test_cache_decisions.py runs both). BMOE_PURE_PYTHON_POLICIES=1 forces the reference; a policy
-reads the choice once, when the cache binds it."""
+"""The policies' compiled helper (harness/engine/_policyc, built from policyc*.c by setup.py when a
+compiler was there), or None: then the numpy and pure-Python reference runs. Both take the same
+decisions (tests/test_cache_decisions.py and tests/test_policy_impls.py run both).
+BMOE_PURE_PYTHON_POLICIES=1 forces the reference; a policy reads the choice once, when the cache binds it."""
 
 from __future__ import annotations
 
