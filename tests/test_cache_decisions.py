@@ -52,5 +52,12 @@ def test_replay_cost_measures_two_checkouts_side_by_side(tmp_path: Path, capsys)
     assert raw[0] == "impl,round,workload,policy,budget_mib,ns_per_token,digest" and len(raw) == 5
     summary = (out / "summary.csv").read_text().splitlines()
     assert summary[1].startswith("synth-top8,lru,2000,") and summary[1].endswith(",True")
+    pure = tmp_path / "pure"
+    assert main(["replay-cost", "--against", str(repo), "--out", str(pure), "--workloads", "synth-top8",
+                 "--policies", "aged-markov", "--rounds", "1", "--pure"]) == 0
+    raw = (pure / "raw.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in raw[1:]] == ["against", "pure", "this"]
+    assert (pure / "summary.csv").read_text().splitlines()[0].split(",")[3:6] == [
+        "against_ms_per_token", "pure_ms_per_token", "this_ms_per_token"]
     assert main(["replay-cost", "--against", str(tmp_path), "--out", str(out)]) == 2
     assert "no harness/engine/cache.py there" in capsys.readouterr().err
