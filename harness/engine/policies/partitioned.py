@@ -59,18 +59,13 @@ class _Partitioned(Policy):
         first = over.index(top) if over else -1
         if first >= 0 and self._n[first] > prot_layers.get(first, 0):
             return self._pick(first, protected)  # the first layer most over its share has a candidate
-        # else the first layer most over its share among those with a candidate (an unprotected entry):
-        # the others masked with -inf (over[layer] is the same float as res[layer] - quota[layer])
-        n = self._n
-        if 0 in n:
-            ov = [o if k > 0 else -math.inf for o, k in zip(over, n, strict=True)]
-        else:
-            ov = list(over)
-        for layer, k in prot_layers.items():
-            if n[layer] <= k:
-                ov[layer] = -math.inf
-        top = max(ov, default=-math.inf)
-        return None if top == -math.inf else self._pick(ov.index(top), protected)
+        best, best_over = -1, -math.inf
+        for layer, q in enumerate(self._quota):
+            if self._n[layer] > prot_layers.get(layer, 0):
+                over = self._res[layer] - q
+                if over > best_over:
+                    best, best_over = layer, over
+        return None if best < 0 else self._pick(best, protected)
 
     def _drop(self, key: Key) -> None:
         raise NotImplementedError
