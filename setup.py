@@ -1,8 +1,9 @@
-"""Builds the two optional C helpers as plain shared objects: the C front of the eval callback
+"""Builds the optional C helpers: two plain shared objects, the C front of the eval callback
 (harness/engine/cfilter.c, loaded with ctypes) and the mmap shim that lets a load skip MAP_POPULATE
-(harness/engine/lazymap.c, preloaded by the `bmoe` command). Everything else is in pyproject.toml. If the
+(harness/engine/lazymap.c, preloaded by the `bmoe` command), and one extension module, the cache
+policies' bookkeeping (harness/engine/policyc*.c). Everything else is in pyproject.toml. If the
 compiler is missing, these optional parts are skipped: the engine then uses its pure-Python callback and
-loads as llama.cpp does, and says which in its CSV."""
+loads as llama.cpp does (and says which in its CSV), and the policies score with numpy (the same decisions)."""
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -21,14 +22,19 @@ class OptionalBuildExt(build_ext):
         except Exception as e:  # noqa: BLE001
             print(f"bmoe: optional C helper not built ({e}); the engine falls back (pure-Python callback, or a populating load)")
 
-    def get_export_symbols(self, ext):  # a ctypes library, not a Python module: no PyInit_ symbol
-        return []
+    def get_export_symbols(self, ext):  # the ctypes libraries have no PyInit_ symbol; _policyc is a module
+        return super().get_export_symbols(ext) if ext.name.endswith("_policyc") else []
 
 
 setup(
     ext_modules=[Extension("harness.engine._cfilter", ["harness/engine/cfilter.c"], extra_compile_args=["-O2"],
                            optional=True),
                  Extension("harness.engine._lazymap", ["harness/engine/lazymap.c"], extra_compile_args=["-O2"],
-                           libraries=["dl"], optional=True)],
+                           libraries=["dl"], optional=True),
+                 Extension("harness.engine._policyc",
+                           [f"harness/engine/{n}.c" for n in ("policyc", "policyc_markov", "policyc_heaps",
+                                                              "policyc_core", "policyc_minheap")],
+                           depends=["harness/engine/policyc.h"],
+                           extra_compile_args=["-O2", "-ffp-contract=off", "-fvisibility=hidden"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -24,6 +24,7 @@ from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
 from harness.engine.mtp import refusal as mtp_refusal
+from harness.engine.policies import native as policies_native
 from harness.engine.pressure import Pressure
 from harness.engine.reader import ExpertReader, SliceReader
 from harness.engine.session import RunResult, Session
@@ -215,6 +216,7 @@ class Engine:
         if p.plan:
             d.update({"cache_budget_bytes": p.plan.budget_bytes, "cache_mode": p.plan.mode,
                       "cache_policy_active": p.cache.policy.name if p.cache else "",
+                      "cache_policy_impl": policies_native.implementation(),  # compiled, or numpy (the reference)
                       "cache_plan": p.plan.note, "token_cycle_bytes": p.plan.cycle_bytes})
         if p.reader:
             d["odirect_effective"] = int(p.reader.odirect)
