@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Is a verify batch bit-exact against one-token decoding on this build of llama.cpp? (issue 13 item 5)
 
-  scripts/batch_exact.py MODEL [--prompt TEXT]... [--n 5] [--gen 20] [--stream] [--nodes] [-t 2] [-c 256]
+  scripts/batch_exact.py MODEL [--prompt TEXT]... [--n 5] [--gen 20] [--stream [--cache-mb 1]] [--nodes] [-t 2] [-c 256]
 
 Greedy-decodes each prompt's continuation one token at a time, then decodes each window of --n positions again
 in one batch after the same prefix, and prints per window whether every logit is bit-identical (and the largest
@@ -17,6 +17,7 @@ import sys
 from harness.engine.batch_exact import NodeDump, Probe
 from harness.engine.compose import open_engine
 from harness.engine.config import parse_cli
+from harness.engine.exactness import pin_batch_kernels
 from harness.engine.gguf_layout import load_layout
 from harness.engine.session import Session
 
@@ -30,7 +31,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prompt", action="append", help="repeatable; default: three built-in prompts")
     ap.add_argument("--n", type=int, default=5, help="positions per batch (a draft of n-1 plus its token)")
     ap.add_argument("--gen", type=int, default=20, help="positions compared per prompt")
-    ap.add_argument("--stream", action="store_true", help="streamed (--moe-stream --cache-mb 1), not resident")
+    ap.add_argument("--stream", action="store_true", help="streamed (--moe-stream), not resident")
+    ap.add_argument("--cache-mb", default="1", help="with --stream: the expert cache (default 1 MiB: it evicts)")
     ap.add_argument("--nodes", action="store_true", help="dump every graph node and name the first that differs")
     ap.add_argument("-t", "--threads", default="2")
     ap.add_argument("-c", "--ctx", default="256")
@@ -39,8 +41,9 @@ def main(argv: list[str]) -> int:
         ap.error("--nodes needs the eval callback, which streaming owns: drop --stream")
     flags = ["-m", a.model, "-c", a.ctx, "-t", a.threads, "-n", str(a.gen)]
     if a.stream:
-        flags += ["--moe-stream", "--cache-mb", "1"]
+        flags += ["--moe-stream", "--cache-mb", a.cache_mb, "--force-cache"]
     cfg = parse_cli(flags)
+    pin_batch_kernels(a.n)  # as the engine does for a verify batch of this size
     dump = NodeDump() if a.nodes else None
     eng = None
     if a.stream:

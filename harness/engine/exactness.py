@@ -9,6 +9,8 @@ says which build is loaded.
 
 from __future__ import annotations
 
+import os
+
 
 def system_info() -> str:
     from llama_cpp import llama_cpp as L
@@ -23,3 +25,18 @@ def batch_inexact_reason(info: str) -> str | None:
                 "differently from one-token decoding: guess-ahead output can differ from plain greedy at a near-tie; "
                 "rebuild llama-cpp-python with scripts/setup.sh (-DGGML_LLAMAFILE=OFF)")
     return None
+
+
+TILED_MIN_ROWS = 8  # ggml-cpu's tiled K-quant matmul takes a matmul (or one expert of a MUL_MAT_ID) from 8 rows on
+
+
+def pin_batch_kernels(batch_tokens: int) -> bool:
+    """Keep a verify batch of `batch_tokens` on the kernels one-token decoding uses; True when it changed
+    something. A batch of 8 or more could give one expert (or a K-quant dense matmul) 8 rows, which ggml-cpu's
+    tiled K-quant matmul takes and sums in another order than ggml_vec_dot: GGML_CPU_TILED_MM=0 turns it off for
+    the whole process (ggml reads it once, at the first matmul, so this must run before the first decode); it
+    also gives up the tiled kernel's prefill speed on K-quant weights. Shorter batches need nothing."""
+    if batch_tokens < TILED_MIN_ROWS or os.environ.get("GGML_CPU_TILED_MM") == "0":
+        return False
+    os.environ["GGML_CPU_TILED_MM"] = "0"
+    return True
