@@ -9,6 +9,7 @@ than ggml_vec_dot, which takes the one-column matmul of a single-token decode; s
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from harness.engine.batch_exact import Node, first_difference, token_row
+from harness.engine.exactness import batch_inexact_reason, pin_batch_kernels
 from harness.synth import ModelSpec, make_model
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "batch_exact.py"
@@ -48,12 +50,26 @@ def test_first_difference_names_the_first_node_that_differs():
     assert first_difference([graph(1.0), graph(2.0)], batch) is None
 
 
+def test_batches_of_eight_or_more_turn_the_tiled_matmul_off(monkeypatch):
+    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
+    assert not pin_batch_kernels(7) and "GGML_CPU_TILED_MM" not in os.environ
+    assert pin_batch_kernels(8) and os.environ["GGML_CPU_TILED_MM"] == "0"
+    assert not pin_batch_kernels(17)  # already off
+
+
+def test_a_llamafile_build_is_named_inexact():
+    assert "GGML_LLAMAFILE=OFF" in (batch_inexact_reason("CPU : AVX2 = 1 | LLAMAFILE = 1 | OPENMP = 1 |") or "")
+    assert batch_inexact_reason("CPU : AVX2 = 1 | OPENMP = 1 | REPACK = 1 |") is None
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("exact")
     specs = {"f32-dense": ModelSpec(expert_type="q4_k", seed=1),  # f32 matmuls: tinyBLAS<16, __m512> when llamafile
              "q8_0": ModelSpec(expert_type="q8_0", dense_type="q8_0", seed=2),  # tinyBLAS_Q0 for Q8_0 dense
-             "f16-dense": ModelSpec(expert_type="q4_k", dense_type="f16", seed=3)}
+             "f16-dense": ModelSpec(expert_type="q4_k", dense_type="f16", seed=3),
+             # 4 experts, top-2: a 17-token batch gives some expert 8+ rows (the tiled K-quant matmul's threshold)
+             "4-experts": ModelSpec(n_expert=4, n_expert_used=2, expert_type="q4_k", seed=9)}
     return {k: make_model(d / f"{k}.gguf", s)[0] for k, s in specs.items()}
 
 
@@ -76,6 +92,19 @@ def test_a_verify_batch_equals_one_token_decoding_bit_for_bit(models, name, stre
 
 @pytest.mark.engine
 def test_a_batch_of_eight_or_more_rows_equals_one_token_decoding(models):
-    """17 positions (--draft 16, its most): the K-quant experts' tiled matmul starts at 8 rows of one expert."""
-    r = _probe(models["f32-dense"], "--n", "17", "--gen", "17")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    """17 positions (--draft 16, its most): ggml-cpu's tiled K-quant matmul takes an expert from 8 rows on and
+    rounds differently; the probe turns it off as the engine does for such a batch (exactness.pin_batch_kernels)."""
+    for stream in ([], ["--stream"]):
+        r = _probe(models["4-experts"], "--n", "17", "--gen", "17", *stream)
+        assert r.returncode == 0 and "2/2 windows bit-identical" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.engine
+def test_a_verify_batch_past_512_cached_tokens_equals_one_token_decoding(models):
+    """With 512+ KV cells a one-token decode's flash attention splits the KV over the threads (another summation
+    order than a batch's rows get); the engine's contexts have flash attention off, so this holds."""
+    long = " ".join(str(i % 10 + 1) for i in range(300))  # 600 byte tokens
+    for stream in (["--nodes"], ["--stream"]):
+        r = subprocess.run([sys.executable, str(SCRIPT), str(models["f32-dense"]), "-c", "1024", "--gen", "10",
+                            "--prompt", long, *stream], capture_output=True, text=True, errors="replace", timeout=600)
+        assert r.returncode == 0 and "2/2 windows bit-identical" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

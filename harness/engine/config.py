@@ -184,11 +184,11 @@ class EngineConfig:
                            "layers and the prompt route themselves; 0 = off; deterministic: streamed equals resident "
                            "at the same N")
     ngram: bool = opt(False, "--ngram",
-                      lossy="verify batches are not bit-exact against one-token decoding: near-ties can flip",
                       help="guess ahead by prompt lookup: propose the continuation of the latest earlier occurrence "
                       "of the last --ngram-size tokens (prompt and reply), verify the guesses in one batch and keep "
-                      "the longest prefix greedy decoding would have produced (greedy only; llama.cpp's CPU kernels "
-                      "are not batch-size invariant, so as with a reused KV prefix a near-tie can flip)")
+                      "the longest prefix greedy decoding would have produced (greedy only; lossless on a llama.cpp "
+                      "built by scripts/setup.sh, without llamafile's sgemm, whose batched matmuls round differently "
+                      "from one-token decoding: the engine says so on stderr when it is loaded)")
     draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram: tokens guessed per verify batch")
     ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
