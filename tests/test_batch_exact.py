@@ -5,7 +5,8 @@ positions again in one batch after the same prefix and compares every logit bit 
 These tests fail on a llama.cpp built with llamafile's sgemm (GGML_LLAMAFILE, llama.cpp's default on x86):
 its tinyBLAS takes every matmul of two or more columns (a batch) and sums each dot product in another order
 than ggml_vec_dot, which takes the one-column matmul of a single-token decode; scripts/setup.sh builds with
--DGGML_LLAMAFILE=OFF. Batches of 8 rows or more are also compared (the K-quant tiled matmul's threshold)."""
+-DGGML_LLAMAFILE=OFF. Batches of 8 rows or more (the K-quant tiled matmul's threshold) and a KV cache past 512
+cells (where flash attention would split a one-token decode's KV over the threads) are compared too."""
 
 from __future__ import annotations
 

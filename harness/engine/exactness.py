@@ -4,7 +4,10 @@ llamafile's sgemm (GGML_LLAMAFILE, on by default in llama.cpp's x86 builds) take
 columns, a verify batch's included, and sums each dot product in another order than ggml_vec_dot, which takes the
 one-column matmul of a single-token decode: the same position's logits then differ (by up to several units on a
 16-layer generated model) and a near-tie can flip. scripts/setup.sh builds without it; llama_print_system_info
-says which build is loaded.
+says which build is loaded. Two more kernels change with the batch and are avoided at run time: flash attention
+(a one-token decode splits the KV over the threads from 512 cells; the session's contexts have it off) and the
+tiled K-quant matmul (from 8 rows; `pin_batch_kernels`). Everything else ggml-cpu runs for these graphs computes
+each token's row by itself, in an order that does not depend on the batch.
 """
 
 from __future__ import annotations
