@@ -17,7 +17,6 @@ import sys
 from harness.engine.batch_exact import NodeDump, Probe
 from harness.engine.compose import open_engine
 from harness.engine.config import parse_cli
-from harness.engine.exactness import pin_batch_kernels
 from harness.engine.gguf_layout import load_layout
 from harness.engine.session import Session
 
@@ -43,7 +42,6 @@ def main(argv: list[str]) -> int:
     if a.stream:
         flags += ["--moe-stream", "--cache-mb", a.cache_mb, "--force-cache"]
     cfg = parse_cli(flags)
-    pin_batch_kernels(a.n)  # as the engine does for a verify batch of this size
     dump = NodeDump() if a.nodes else None
     eng = None
     if a.stream:

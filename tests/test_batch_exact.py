@@ -5,12 +5,12 @@ positions again in one batch after the same prefix and compares every logit bit 
 These tests fail on a llama.cpp built with llamafile's sgemm (GGML_LLAMAFILE, llama.cpp's default on x86):
 its tinyBLAS takes every matmul of two or more columns (a batch) and sums each dot product in another order
 than ggml_vec_dot, which takes the one-column matmul of a single-token decode; scripts/setup.sh builds with
--DGGML_LLAMAFILE=OFF. Batches of 8 rows or more (the K-quant tiled matmul's threshold) and a KV cache past 512
-cells (where flash attention would split a one-token decode's KV over the threads) are compared too."""
+-DGGML_LLAMAFILE=OFF. The longest verify batch (--draft 6: 7 rows, one under the K-quant tiled matmul's
+threshold) and a KV cache past 512 cells (where flash attention would split a one-token decode's KV over the
+threads; the engine's contexts have it off) are compared too."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 
 from harness.engine.batch_exact import Node, first_difference, token_row
-from harness.engine.exactness import batch_inexact_reason, pin_batch_kernels
+from harness.engine.config import parse_cli
+from harness.engine.exactness import MAX_DRAFT, TILED_MIN_ROWS, batch_inexact_reason
+from harness.errors import UserError
 from harness.synth import ModelSpec, make_model
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "batch_exact.py"
@@ -51,11 +53,11 @@ def test_first_difference_names_the_first_node_that_differs():
     assert first_difference([graph(1.0), graph(2.0)], batch) is None
 
 
-def test_batches_of_eight_or_more_turn_the_tiled_matmul_off(monkeypatch):
-    monkeypatch.delenv("GGML_CPU_TILED_MM", raising=False)
-    assert not pin_batch_kernels(7) and "GGML_CPU_TILED_MM" not in os.environ
-    assert pin_batch_kernels(8) and os.environ["GGML_CPU_TILED_MM"] == "0"
-    assert not pin_batch_kernels(17)  # already off
+def test_a_verify_batch_stays_under_the_tiled_matmuls_rows():
+    assert MAX_DRAFT + 1 < TILED_MIN_ROWS
+    assert parse_cli(["-m", "x.gguf", "--ngram", "--draft", str(MAX_DRAFT)]).draft == MAX_DRAFT
+    with pytest.raises(UserError, match="--draft"):
+        parse_cli(["-m", "x.gguf", "--ngram", "--draft", str(MAX_DRAFT + 1)])
 
 
 def test_a_llamafile_build_is_named_inexact():
@@ -69,7 +71,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     specs = {"f32-dense": ModelSpec(expert_type="q4_k", seed=1),  # f32 matmuls: tinyBLAS<16, __m512> when llamafile
              "q8_0": ModelSpec(expert_type="q8_0", dense_type="q8_0", seed=2),  # tinyBLAS_Q0 for Q8_0 dense
              "f16-dense": ModelSpec(expert_type="q4_k", dense_type="f16", seed=3),
-             # 4 experts, top-2: a 17-token batch gives some expert 8+ rows (the tiled K-quant matmul's threshold)
+             # 4 experts, top-2: a 7-token batch gives an expert up to 7 rows
              "4-experts": ModelSpec(n_expert=4, n_expert_used=2, expert_type="q4_k", seed=9)}
     return {k: make_model(d / f"{k}.gguf", s)[0] for k, s in specs.items()}
 
@@ -92,12 +94,12 @@ def test_a_verify_batch_equals_one_token_decoding_bit_for_bit(models, name, stre
 
 
 @pytest.mark.engine
-def test_a_batch_of_eight_or_more_rows_equals_one_token_decoding(models):
-    """17 positions (--draft 16, its most): ggml-cpu's tiled K-quant matmul takes an expert from 8 rows on and
-    rounds differently; the probe turns it off as the engine does for such a batch (exactness.pin_batch_kernels)."""
-    for stream in ([], ["--stream"]):
-        r = _probe(models["4-experts"], "--n", "17", "--gen", "17", *stream)
-        assert r.returncode == 0 and "2/2 windows bit-identical" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+def test_the_longest_verify_batch_equals_one_token_decoding(models):
+    """7 positions (--draft 6, its most) on 4 experts, top-2: an expert gets up to 7 rows, one short of where
+    ggml-cpu's tiled K-quant matmul would take it (and round differently: 17 positions differ here)."""
+    for stream in (["--nodes"], ["--stream"]):
+        r = _probe(models["4-experts"], "--n", "7", "--gen", "14", *stream)
+        assert r.returncode == 0 and "4/4 windows bit-identical" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 @pytest.mark.engine

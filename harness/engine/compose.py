@@ -21,7 +21,7 @@ from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, lossy_settings, validate_for_model
 from harness.engine.dense import DenseWeights, effective_mode, sample_every
-from harness.engine.exactness import batch_inexact_reason, pin_batch_kernels, system_info
+from harness.engine.exactness import batch_inexact_reason, system_info
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
 from harness.engine.pressure import Pressure
@@ -360,8 +360,6 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
             raise UserError(f"--route-ahead: {cfg.model} is {layout.arch}: {NOT_MODELLED[layout.arch]}; "
                             "drop --route-ahead")
     k = cfg.n_expert_used or layout.n_expert_used
-    if cfg.ngram:
-        pin_batch_kernels(cfg.draft + 1)  # before the first decode: ggml reads its switch once
     parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
                                      lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))
     if cfg.moe_stream:

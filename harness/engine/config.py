@@ -189,7 +189,8 @@ class EngineConfig:
                       "the longest prefix greedy decoding would have produced (greedy only; lossless on a llama.cpp "
                       "built by scripts/setup.sh, without llamafile's sgemm, whose batched matmuls round differently "
                       "from one-token decoding: the engine says so on stderr when it is loaded)")
-    draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram: tokens guessed per verify batch")
+    draft: int = opt(4, "--draft", lo=1, hi=6, help="with --ngram: tokens guessed per verify batch (at most 6: "
+                     "from 8 rows ggml-cpu's tiled K-quant matmul would round a batch differently)")
     ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
