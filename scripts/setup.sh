@@ -13,11 +13,21 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv" >&2
   "$PY" -m venv .venv
 fi
-export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF}"
+# GGML_LLAMAFILE=OFF: llamafile's tinyBLAS takes every matmul of 2+ columns and sums each dot product in another
+# order than ggml_vec_dot, which takes the 1-column matmul of a single-token decode; without it a verify batch
+# (--ngram, --mtp) gives the logits one-token decoding gives, bit for bit (tests/test_batch_exact.py)
+export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_LLAMAFILE=OFF}"
 if ! .venv/bin/python -c 'import llama_cpp, harness' 2>/dev/null || [ pyproject.toml -nt .venv/.bmoe-installed ]; then
   echo "setup: installing dependencies (the first llama-cpp-python build takes ~10 minutes)" >&2
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch .venv/.bmoe-installed
+fi
+if .venv/bin/python -c 'import llama_cpp, sys; sys.exit("LLAMAFILE = 1" not in llama_cpp.llama_print_system_info().decode())' 2>/dev/null \
+    && [[ "$CMAKE_ARGS" == *GGML_LLAMAFILE=OFF* ]]; then
+  # pip's wheel cache does not key on CMAKE_ARGS: a wheel built before the flag would be reused
+  echo "setup: rebuilding llama-cpp-python without llamafile's sgemm (~10 minutes)" >&2
+  .venv/bin/python -m pip install -q --force-reinstall --no-deps --no-cache-dir --no-binary llama-cpp-python \
+    "llama-cpp-python==$(.venv/bin/python -c 'import llama_cpp; print(llama_cpp.__version__)')"
 fi
 echo "setup: ready ($(.venv/bin/bmoe --version))" >&2

@@ -38,12 +38,14 @@ def test_flag_rules(argv, msg):
         parse_cli(["-m", "x.gguf", *argv])
 
 
-def test_mtp_takes_draft_and_is_labelled_lossy_like_ngram():
+def test_mtp_takes_draft_and_is_lossless_like_ngram():
     from harness.engine.config import lossy_settings
 
     cfg = parse_cli(["-m", "x.gguf", "--mtp", "--draft", "2"])
     assert cfg.mtp and cfg.draft == 2
-    assert [s for s in lossy_settings(cfg) if s.startswith("--mtp")]
+    assert not [s for s in lossy_settings(cfg) if s.startswith(("--mtp", "--ngram"))]
+    with pytest.raises(UserError, match="--draft"):
+        parse_cli(["-m", "x.gguf", "--mtp", "--draft", "7"])
     assert sampling_of(cfg, temp=0.0).temp == 0.0
     with pytest.raises(UserError, match="greedy only"):
         sampling_of(cfg, temp=0.8)

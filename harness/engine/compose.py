@@ -21,6 +21,7 @@ from harness.engine.cache import ExpertCache
 from harness.engine.cache_plan import CachePlan, ExpertSizes, plan_cache
 from harness.engine.config import EngineConfig, lossy_settings, validate_for_model
 from harness.engine.dense import DenseWeights, effective_mode, sample_every
+from harness.engine.exactness import batch_inexact_reason, system_info
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
 from harness.engine.mtp import refusal as mtp_refusal
@@ -103,6 +104,8 @@ class Engine:
             out.append(note)
         if p.hook and p.hook.front_note:
             out.append(p.hook.front_note)
+        if (cfg.ngram or cfg.mtp) and (why := batch_inexact_reason(system_info())):
+            out.append(f"bmoe: {'--mtp' if cfg.mtp else '--ngram'}: {why}")
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                        "text is meaningless; timings and bytes are the point")

@@ -184,19 +184,19 @@ class EngineConfig:
                            "layers and the prompt route themselves; 0 = off; deterministic: streamed equals resident "
                            "at the same N")
     ngram: bool = opt(False, "--ngram",
-                      lossy="verify batches are not bit-exact against one-token decoding: near-ties can flip",
                       help="guess ahead by prompt lookup: propose the continuation of the latest earlier occurrence "
                       "of the last --ngram-size tokens (prompt and reply), verify the guesses in one batch and keep "
-                      "the longest prefix greedy decoding would have produced (greedy only; llama.cpp's CPU kernels "
-                      "are not batch-size invariant, so as with a reused KV prefix a near-tie can flip)")
+                      "the longest prefix greedy decoding would have produced (greedy only; lossless on a llama.cpp "
+                      "built by scripts/setup.sh, without llamafile's sgemm, whose batched matmuls round differently "
+                      "from one-token decoding: the engine says so on stderr when it is loaded)")
     mtp: bool = opt(False, "--mtp",
-                    lossy="verify batches are not bit-exact against one-token decoding: near-ties can flip",
                     help="guess ahead with the model's own MTP (nextn) head through llama.cpp's MTP context: draft "
                     "--draft tokens (one head, chained on its own hidden state), verify them in one batch and keep "
-                    "the longest prefix greedy decoding would have produced (greedy only; models with a nextn "
-                    "layer; the head's weights, its experts included, are read through the file mapping, not "
-                    "streamed)")
-    draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram or --mtp: tokens guessed per verify batch")
+                    "the longest prefix greedy decoding would have produced (greedy only; lossless as --ngram is; "
+                    "models with a nextn layer; the head's weights, its experts included, are read through the "
+                    "file mapping, not streamed)")
+    draft: int = opt(4, "--draft", lo=1, hi=6, help="with --ngram or --mtp: tokens guessed per verify batch (at most "
+                     "6: from 8 rows ggml-cpu's tiled K-quant matmul would round a batch differently)")
     ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
