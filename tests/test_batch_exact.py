@@ -63,6 +63,8 @@ def test_a_verify_batch_stays_under_the_tiled_matmuls_rows():
 def test_a_llamafile_build_is_named_inexact():
     assert "GGML_LLAMAFILE=OFF" in (batch_inexact_reason("CPU : AVX2 = 1 | LLAMAFILE = 1 | OPENMP = 1 |") or "")
     assert batch_inexact_reason("CPU : AVX2 = 1 | OPENMP = 1 | REPACK = 1 |") is None
+    for fa in ("on", "auto"):  # flash attention's split-KV decode
+        assert "--flash-attn" in (batch_inexact_reason("CPU : AVX2 = 1 | OPENMP = 1 |", fa) or "")
 
 
 @pytest.fixture(scope="module")

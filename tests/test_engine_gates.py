@@ -117,6 +117,12 @@ def test_n_expert_used_override_matches_resident_override(models, resident, tmp_
     assert r.tokens != resident("k4"), "top-2 of a top-4 model should change the output (lossy knob)"
 
 
+@pytest.mark.parametrize("fa", ["on", "auto"])
+def test_flash_attention_streamed_matches_resident(models, resident, tmp_path, fa):
+    r = _stream(models, tmp_path, "q8_0", "--flash-attn", fa, "--cache-mb", "3")
+    assert r.tokens == resident("q8_0", "--flash-attn", fa)
+
+
 def test_qwen2moe_shared_experts_resident(models, resident, tmp_path):
     r = _stream(models, tmp_path, "qwen2moe", "--cache-mb", "0")
     assert r.tokens == resident("qwen2moe")

@@ -104,7 +104,7 @@ class Engine:
             out.append(note)
         if p.hook and p.hook.front_note:
             out.append(p.hook.front_note)
-        if (cfg.ngram or cfg.mtp) and (why := batch_inexact_reason(system_info())):
+        if (cfg.ngram or cfg.mtp) and (why := batch_inexact_reason(system_info(), cfg.flash_attn)):
             out.append(f"bmoe: {'--mtp' if cfg.mtp else '--ngram'}: {why}")
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "

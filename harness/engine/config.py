@@ -84,6 +84,10 @@ class EngineConfig:
     n_predict: int = opt(64, "-n", "--n-predict", lo=1, help="tokens to generate")
     threads: int = opt(0, "-t", "--threads", lo=0, help="compute threads (0 = one per core this process may use)")
     ctx: int = opt(512, "-c", "--ctx", lo=16, help="context size in tokens")
+    flash_attn: str = opt("off", "--flash-attn", metavar="off|on|auto", choices=lambda: ("off", "on", "auto"),
+                          help="llama.cpp's flash attention (auto: llama.cpp's own default, as the C++ original runs "
+                          "it); off keeps a --ngram/--mtp verify batch bit-exact against one-token decoding, which "
+                          "on CPU splits a long KV cache (512+ cells) over the threads")
     moe_stream: bool = opt(False, "--moe-stream", help="stream routed experts from flash instead of the mmap baseline")
     cache_mb: int | None = opt(None, "--cache-mb", metavar="0|N|auto", parse=_cache_mb, show=_auto, lo=0,
                                stream_only=True,

@@ -19,8 +19,13 @@ def system_info() -> str:
     return L.llama_print_system_info().decode("utf-8", "replace")
 
 
-def batch_inexact_reason(info: str) -> str | None:
-    """Why a verify batch would not be bit-exact on the build whose system info is `info`, or None."""
+def batch_inexact_reason(info: str, flash_attn: str = "off") -> str | None:
+    """Why a verify batch would not be bit-exact on the build whose system info is `info` with --flash-attn
+    `flash_attn`, or None."""
+    if flash_attn != "off":
+        return (f"with --flash-attn {flash_attn} a one-token decode splits a KV cache of 512+ cells over the threads "
+                "and a verify batch does not: guess-ahead output can differ from plain greedy at a near-tie once "
+                "that many tokens are cached; drop --flash-attn for bit-exact output")
     if "LLAMAFILE = 1" in info:
         return ("this llama.cpp is built with llamafile's sgemm (LLAMAFILE = 1), whose batched matmuls round "
                 "differently from one-token decoding: guess-ahead output can differ from plain greedy at a near-tie; "

@@ -141,10 +141,11 @@ class Session:
         cp.n_batch = self.cfg.ctx
         cp.n_ubatch = self.cfg.ctx
         cp.n_seq_max = 1
-        # no flash attention: its CPU kernel splits a one-token decode's KV over the threads once the cache holds
-        # 512+ cells (another summation order than a batch's rows get), so a verify batch (--ngram) would not be
-        # bit-exact against one-token decoding (harness.engine.exactness)
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # --flash-attn off by default: its CPU kernel splits a one-token decode's KV over the threads once the
+        # cache holds 512+ cells (another summation order than a batch's rows get), so a verify batch (--ngram,
+        # --mtp) would not be bit-exact against one-token decoding (harness.engine.exactness)
+        cp.flash_attn_type = {"off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED, "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                              "auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO}[self.cfg.flash_attn]
         # 0: one compute thread per core this process may run on (llama.cpp's own default is 4 whatever the
         # machine; on 2 cores -t 2 beat -t 1 by 1.07x with 4 read lanes, bench-data/2026-12-01-threads-lanes)
         threads = self.cfg.threads or len(os.sched_getaffinity(0))
