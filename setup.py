@@ -1,8 +1,9 @@
-"""Builds the two optional C helpers as plain shared objects: the C front of the eval callback
+"""Builds the optional C helpers as plain shared objects: the C front of the eval callback
 (harness/engine/cfilter.c, loaded with ctypes) and the mmap shim that lets a load skip MAP_POPULATE
 (harness/engine/lazymap.c, preloaded by the `bmoe` command). Everything else is in pyproject.toml. If the
 compiler is missing, these optional parts are skipped: the engine then uses its pure-Python callback and
-loads as llama.cpp does, and says which in its CSV."""
+loads as llama.cpp does, and says which in its CSV. The third, the compiled read lanes
+(harness/engine/clanes.c), falls back to the Python lanes."""
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -29,6 +30,8 @@ setup(
     ext_modules=[Extension("harness.engine._cfilter", ["harness/engine/cfilter.c"], extra_compile_args=["-O2"],
                            optional=True),
                  Extension("harness.engine._lazymap", ["harness/engine/lazymap.c"], extra_compile_args=["-O2"],
-                           libraries=["dl"], optional=True)],
+                           libraries=["dl"], optional=True),
+                 Extension("harness.engine._clanes", ["harness/engine/clanes.c"], extra_compile_args=["-O2"],
+                           libraries=["pthread"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},
 )

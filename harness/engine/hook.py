@@ -48,7 +48,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,7 @@ from harness.engine.ggml import (
     tensor_at,
 )
 from harness.engine.gguf_layout import ExpertTensor, ModelLayout
+from harness.engine.read_group import wait_done
 from harness.engine.reader import ExpertReader
 from harness.engine.vm import Reservation, SharedSlot
 
@@ -135,7 +136,7 @@ class HookError(RuntimeError):
 
 def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
     if after:  # a speculative read still writing into the slices
-        wait(after)
+        wait_done(after)
     for b in bounds:
         pos = b.et.abs_offset + e * b.et.nb2
         b.res.drop(pos, pos + b.et.nb2)
@@ -383,7 +384,7 @@ class StreamHook:
         self.layer_bound.setdefault(et.layer, []).append(b)
         misses = self.pending.get(et.layer)
         if misses:
-            self.inflight[src] = [self._submit(b, e) for e in misses]
+            self.inflight[src] = [self._submit_many(b, misses)]
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
         return b
 
@@ -392,13 +393,16 @@ class StreamHook:
             self._slots[kind] = SharedSlot(max(t.nbytes for t in self.layout.experts.values() if t.kind == kind))
         return self._slots[kind]
 
-    def _submit(self, b: Bound, e: int) -> Future:
-        et = b.et
-        pos = et.abs_offset + e * et.nb2
-        if self._iotrace is None:
-            return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
-        rid = self._iotrace.record(et.layer, e, et.kind, pos, et.nb2)
-        return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos), rid)
+    def _submit_many(self, b: Bound, experts: list[int]) -> Future:
+        """One call for a tensor's missed slices (reader.submit_many), not one submit per slice."""
+        et, tr = b.et, self._iotrace
+        nb2, off, addr_of = et.nb2, et.abs_offset, b.res.addr_of
+        if tr is None:
+            reads = [(p, nb2, addr_of(p), None) for p in [off + e * nb2 for e in experts]]
+        else:
+            reads = [(off + e * nb2, nb2, addr_of(off + e * nb2), tr.record(et.layer, e, et.kind, off + e * nb2, nb2))
+                     for e in experts]
+        return self.reader.submit_many(et.path, reads)
 
     def _wait(self, futs: list[Future], count: bool = True) -> None:
         t0 = time.perf_counter_ns()
@@ -564,8 +568,7 @@ class StreamHook:
                 f.result()
         if res.misses:
             for b in self.layer_bound.get(il, ()):
-                futs = [self._submit(b, e) for e in res.misses]
-                self.inflight.setdefault(b.addr, []).extend(futs)
+                self.inflight.setdefault(b.addr, []).append(self._submit_many(b, res.misses))
         if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
             self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
         else:
