@@ -77,14 +77,17 @@ def install() -> None:
         if hasattr(reader.SliceReader, m):
             setattr(reader.SliceReader, m, _timed("reader." + m, getattr(reader.SliceReader, m)))
     take = H.take_counters
-    state = {"tokens": 0, "mgmt_ns": 0}
+    state = {"tokens": 0, "mgmt_ns": 0, "token_ns": 0, "last": 0}
 
     def take_counters(self: Any) -> Any:
         was = _on[0]
         c = take(self)
+        t = time.perf_counter_ns()
         if was:
             state["tokens"] += 1
             state["mgmt_ns"] += c.mgmt_ns
+            state["token_ns"] += t - state["last"]  # from the last token's end: this token's whole wall time
+        state["last"] = t
         _on[0] = True  # from the second token on (the first is the prompt's batch)
         return c
 
@@ -101,7 +104,9 @@ def report() -> dict[str, Any]:
     rows = {k: {"wall_ms": _wall[k] / n / 1e6, "cpu_ms": _cpu[k] / n / 1e6, "calls": _calls[k] / n,
                 "runq_ms": _runq[k] / n / 1e6 if k in _runq else None}
             for k in sorted(_wall, key=lambda k: -_wall[k])}
-    return {"decode_tokens": st["tokens"], "mgmt_ms_per_token": st["mgmt_ns"] / n / 1e6, "pieces": rows}
+    return {"decode_tokens": st["tokens"], "mgmt_ms_per_token": st["mgmt_ns"] / n / 1e6,
+            "s_per_token": st["token_ns"] / n / 1e9, "mgmt_share": st["mgmt_ns"] / max(1, st["token_ns"]),
+            "pieces": rows}
 
 
 def main() -> int:
@@ -115,7 +120,8 @@ def main() -> int:
     r["argv"] = argv
     with open(out, "w") as f:
         json.dump(r, f, indent=1)
-    print(f"mgmt {r['mgmt_ms_per_token']:.2f} ms/token over {r['decode_tokens']} decode tokens", file=sys.stderr)
+    print(f"mgmt {r['mgmt_ms_per_token']:.2f} ms/token over {r['decode_tokens']} decode tokens of "
+          f"{r['s_per_token'] * 1e3:.0f} ms: {100 * r['mgmt_share']:.1f}%", file=sys.stderr)
     for k, v in r["pieces"].items():
         q = v["runq_ms"]
         rq = f"  (waiting for a core {q:6.2f}, blocked {v['wall_ms'] - v['cpu_ms'] - q:6.2f})" if q is not None else ""
