@@ -47,7 +47,7 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     rd *dh, *dt, *sh, *st;
-    int spec_running, spec_max, closed, nthreads, nfiles;
+    int spec_running, spec_max, closed, nthreads, nfiles, idle;
     pthread_t *th;
     file_t *files;
     pthread_cond_t hold_cv;  /* tests: lanes held by hold jobs (file -1) until released */
@@ -60,7 +60,7 @@ typedef struct {
     int lane;
 } lane_arg;
 
-int bmoe_lanes_version(void) { return 1; }
+int bmoe_lanes_version(void) { return 2; }
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -152,7 +152,9 @@ static void *lane_main(void *p) {
         } else if (L->closed) {
             break;
         } else {
+            L->idle++;
             pthread_cond_wait(&L->work, &L->mu);
+            L->idle--;
             continue;
         }
         r->state = RUNNING;
@@ -163,7 +165,7 @@ static void *lane_main(void *p) {
         r->state = DONE;
         if (r->spec_taken) {
             L->spec_running--;
-            pthread_cond_signal(&L->work);
+            if (L->sh && L->idle) pthread_cond_signal(&L->work);  /* a queued speculative read may start */
         }
         grp *g = r->g;
         if (--g->remaining == 0) {
@@ -208,37 +210,69 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
 
 int bmoe_lanes_direct(lanes_t *L, int file) { return __atomic_load_n(&L->files[file].fd_direct, __ATOMIC_RELAXED) >= 0; }
 
-/* one group of n reads of file `file`: pos[i], len[i] into addr[i]; returns the group (NULL: closed or no memory) */
-grp *bmoe_lanes_submit(lanes_t *L, int file, int n, const int64_t *pos, const int64_t *len, const uintptr_t *addr,
-                       int spec) {
-    grp *g = calloc(1, sizeof *g + (size_t)n * sizeof(rd));
-    if (!g) return NULL;
-    g->n = g->remaining = n;
-    g->spec = spec;
-    for (int i = 0; i < n; i++) {
-        rd *r = &g->r[i];
-        r->g = g;
-        r->file = file;
-        r->pos = pos[i];
-        r->len = len[i];
-        r->addr = (char *)addr[i];
-        r->lane = -1;
-        r->state = spec ? Q_SPEC : Q_DEMAND;
-    }
+/* wake as many idle lanes as can take work now (a woken lane that cannot take a job only costs a switch) */
+static void wake(lanes_t *L, int n, int spec) {
+    int can = spec ? L->spec_max - L->spec_running : n;
+    if (can > n) can = n;
+    if (can > L->idle) can = L->idle;
+    if (can <= 0) return;
+    if (can == 1) pthread_cond_signal(&L->work);
+    else pthread_cond_broadcast(&L->work);
+}
+
+static grp *enqueue(lanes_t *L, grp *g, int spec) {
     pthread_mutex_lock(&L->mu);
     if (L->closed) {
         pthread_mutex_unlock(&L->mu);
         free(g);
         return NULL;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < g->n; i++) {
         if (spec) push_rd(&L->sh, &L->st, &g->r[i]);
         else push_rd(&L->dh, &L->dt, &g->r[i]);
     }
-    if (n == 1) pthread_cond_signal(&L->work);
-    else pthread_cond_broadcast(&L->work);
+    wake(L, g->n, spec);
     pthread_mutex_unlock(&L->mu);
     return g;
+}
+
+static grp *new_group(int n, int spec) {
+    grp *g = calloc(1, sizeof *g + (size_t)n * sizeof(rd));
+    if (!g) return NULL;
+    g->n = g->remaining = n;
+    g->spec = spec;
+    for (int i = 0; i < n; i++) {
+        g->r[i].g = g;
+        g->r[i].lane = -1;
+        g->r[i].state = spec ? Q_SPEC : Q_DEMAND;
+    }
+    return g;
+}
+
+/* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:
+ * closed or no memory) */
+grp *bmoe_lanes_submit(lanes_t *L, int file, int n, const int64_t *reads, int spec) {
+    grp *g = new_group(n, spec);
+    if (!g) return NULL;
+    for (int i = 0; i < n; i++) {
+        rd *r = &g->r[i];
+        r->file = file;
+        r->pos = reads[3 * i];
+        r->len = reads[3 * i + 1];
+        r->addr = (char *)(uintptr_t)reads[3 * i + 2];
+    }
+    return enqueue(L, g, spec);
+}
+
+/* one read, without arrays */
+grp *bmoe_lanes_submit1(lanes_t *L, int file, int64_t pos, int64_t len, uintptr_t addr, int spec) {
+    grp *g = new_group(1, spec);
+    if (!g) return NULL;
+    g->r[0].file = file;
+    g->r[0].pos = pos;
+    g->r[0].len = len;
+    g->r[0].addr = (char *)addr;
+    return enqueue(L, g, spec);
 }
 
 int bmoe_lanes_done(lanes_t *L, grp *g) {
@@ -261,7 +295,7 @@ int bmoe_lanes_promote(lanes_t *L, grp *g) {
             moved++;
         }
     }
-    if (moved) pthread_cond_signal(&L->work);
+    if (moved) wake(L, moved, 0);
     pthread_mutex_unlock(&L->mu);
     return moved;
 }
@@ -361,11 +395,7 @@ void bmoe_lanes_close(lanes_t *L) {
 
 /* for tests: a job (file -1) that holds its lane until bmoe_lanes_release_hold(id); how many lanes hold now, and
  * the most that ever held at once */
-grp *bmoe_lanes_submit_hold(lanes_t *L, int id, int spec) {
-    int64_t pos = id, len = 0;
-    uintptr_t addr = 0;
-    return bmoe_lanes_submit(L, -1, 1, &pos, &len, &addr, spec);
-}
+grp *bmoe_lanes_submit_hold(lanes_t *L, int id, int spec) { return bmoe_lanes_submit1(L, -1, id, 0, 0, spec); }
 
 void bmoe_lanes_release_hold(lanes_t *L, int id) {
     pthread_mutex_lock(&L->mu);

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 
-VERSION = 1
+VERSION = 2
 _i64, _vp, _int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 ERR_SHORT = -1
 _lib: ctypes.CDLL | None | bool = False  # False: not looked for yet
@@ -39,7 +39,9 @@ def load() -> ctypes.CDLL | None:
             lib.bmoe_lanes_new.restype = _vp
             lib.bmoe_lanes_new.argtypes = [_int, _int, _int, _vp, _vp, _vp]
             lib.bmoe_lanes_submit.restype = _vp
-            lib.bmoe_lanes_submit.argtypes = [_vp, _int, _int, _vp, _vp, _vp, _int]
+            lib.bmoe_lanes_submit.argtypes = [_vp, _int, _int, _vp, _int]
+            lib.bmoe_lanes_submit1.restype = _vp
+            lib.bmoe_lanes_submit1.argtypes = [_vp, _int, _i64, _i64, ctypes.c_size_t, _int]
             for name in ("done", "promote", "cancel", "direct"):
                 getattr(lib, f"bmoe_lanes_{name}").restype = _int
             lib.bmoe_lanes_done.argtypes = lib.bmoe_lanes_promote.argtypes = lib.bmoe_lanes_cancel.argtypes = [_vp, _vp]
@@ -176,17 +178,21 @@ class CLanes:
         self.on_done: DoneOf | None = None
         self._closed = False
 
-    def submit(self, file: int, reads: Sequence[tuple[int, int, int]], tags: Sequence[int | None] | None,
+    def submit(self, file: int, flat: Sequence[int], tags: Sequence[int | None] | None,
                error_of: ErrorOf, speculative: bool = False) -> LaneRead:
-        """One group: reads (pos, len, addr) of file `file`."""
-        n = len(reads)
-        pos, ln, ad = (_i64 * n)(), (_i64 * n)(), (ctypes.c_size_t * n)()
-        for i, (p, l_, a) in enumerate(reads):
-            pos[i], ln[i], ad[i] = p, l_, a
-        g = self.lib.bmoe_lanes_submit(self.handle, file, n, pos, ln, ad, int(speculative))
+        """One group of reads of file `file`: flat = pos, len, addr of each read in turn."""
+        n = len(flat) // 3
+        g = self.lib.bmoe_lanes_submit(self.handle, file, n, (_i64 * (3 * n))(*flat), int(speculative))
         if not g:
             raise RuntimeError("submit after close")
         return LaneRead(self, g, tags, error_of)
+
+    def submit1(self, file: int, pos: int, length: int, addr: int, tag: int | None, error_of: ErrorOf,
+                speculative: bool = False) -> LaneRead:
+        g = self.lib.bmoe_lanes_submit1(self.handle, file, pos, length, addr, int(speculative))
+        if not g:
+            raise RuntimeError("submit after close")
+        return LaneRead(self, g, None if tag is None else (tag,), error_of)
 
     # -- for tests: jobs that hold a lane until released -----------------------------------------------------
     def submit_hold(self, hold_id: int, speculative: bool = False) -> LaneRead:

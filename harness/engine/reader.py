@@ -139,12 +139,11 @@ class SliceReader:
         if self.recorder is not None:
             self.recorder.read_done(tag, t0, t1, nbytes, lane)
 
-    def _c_submit(self, path: Path, reads: list[tuple[int, int, int]], tags: list[int | None] | None,
+    def _c_submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None,
                   speculative: bool = False) -> Future:
         assert self._c is not None
-        if self.recorder is None:
-            tags = None
-        return self._c.submit(self._file_no[path], reads, tags, self._error_of[path], speculative)  # type: ignore
+        return self._c.submit1(self._file_no[path], file_pos, length, addr, None if self.recorder is None else tag,
+                               self._error_of[path], speculative)  # type: ignore[return-value]
 
     @property
     def odirect(self) -> bool:
@@ -200,7 +199,7 @@ class SliceReader:
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
         """`tag`: the recorder's id for this read (--io-trace), or None."""
         if self._c is not None:
-            return self._c_submit(path, [(file_pos, length, addr)], [tag])
+            return self._c_submit(path, file_pos, length, addr, tag)
         if tag is None or self.recorder is None:
             return self.pool.submit(self._read, path, file_pos, length, addr)
         return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr)
@@ -209,7 +208,9 @@ class SliceReader:
         """One tensor's slices (file_pos, length, addr, tag) in one call: one group on the compiled lanes, else
         one Python job per lane (each reading its run of slices in order)."""
         if self._c is not None:
-            return self._c_submit(path, [r[:3] for r in reads], [r[3] for r in reads])
+            flat = [x for r in reads for x in r[:3]]
+            tags = None if self.recorder is None else [r[3] for r in reads]
+            return self._c.submit(self._file_no[path], flat, tags, self._error_of[path])  # type: ignore[return-value]
         return Gather([self.pool.submit(self._read_run, path, run) for run in chunks(reads, self.lanes)])  # type: ignore
 
     def _read_run(self, path: Path, run: list[tuple[int, int, int, int | None]]) -> tuple[int, int]:
@@ -232,7 +233,7 @@ class SliceReader:
                            tag: int | None = None) -> Future:
         """A read ahead (harness.engine.lanes: only on a lane no demand read wants); `tag` as for submit."""
         if self._c is not None:
-            return self._c_submit(path, [(file_pos, length, addr)], [tag], speculative=True)
+            return self._c_submit(path, file_pos, length, addr, tag, speculative=True)
         if tag is None or self.recorder is None:
             return self.pool.submit(self._read, path, file_pos, length, addr, speculative=True)
         return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr, speculative=True)
