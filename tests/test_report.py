@@ -231,3 +231,40 @@ def test_entry_temperature_rise_is_reported_as_throttling(tmp_path):
     md = build_report(folder, with_plots=False).texts["findings.md"]
     assert "throttling: Throttling: the CPU entered runs up to 12.5 C hotter than the first run" in md
     assert "| 4 | r02-c01 | --fast=on | 2 |" in md and "| 52.5 |" in md
+
+
+def test_report_run_inside_the_folder_names_it_in_the_reproduce_line(tmp_path, monkeypatch):
+    folder = two_cell_folder(tmp_path)
+    monkeypatch.chdir(folder)
+    write_report(Path("."))
+    assert f"bmoe-bench report bench-data/{folder.name}\n" in (folder / "findings.md").read_text()
+
+
+def _with_prefetch(text: str, spec: int, wasted: int) -> str:
+    """csv_text's file with the prefetch columns: `spec` speculative bytes per token, `wasted` of them evicted."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            out.append(line)
+        elif line.startswith("step,"):
+            out.append(line + ",prefetch_bytes,prefetch_used_bytes,prefetch_wasted_bytes")
+        else:
+            out.append(line + f",{spec},{spec - wasted},{wasted}")
+    return "\n".join(out) + "\n"
+
+
+def test_prefetch_columns_appear_only_where_a_cell_read_ahead(tmp_path):
+    pre = {"engine_version": "9"}
+    plain = csv_text([999, 100, 100, 100, 100], preamble={**pre, "cfg.fast": "False"})
+    ahead = _with_prefetch(csv_text([999, 50, 50, 50, 50], preamble={**pre, "cfg.fast": "True"}), 2**20, 2**18)
+    folder = make_folder(tmp_path, TWO, [(0, 0, plain), (1, 0, ahead), (1, 1, ahead), (0, 1, plain)])
+    res = compute_results(load_campaign_data(folder))
+    assert res.cells[1].prefetch_mib_per_tok == pytest.approx(1.0)
+    assert res.cells[1].prefetch_wasted_pct == pytest.approx(25.0)
+    out = build_report(folder, with_plots=False).texts
+    assert "| prefetch MiB/tok | prefetch wasted % |" in out["findings.md"]
+    assert "| 1.0 | 25.0 |" in out["findings.md"] and "prefetch_wasted_pct" in out["results.csv"].splitlines()[0]
+    # a folder with no read-ahead keeps its columns
+    other = two_cell_folder(tmp_path / "o")
+    out = build_report(other, with_plots=False).texts
+    assert "prefetch" not in out["findings.md"] and "prefetch" not in out["results.csv"]

@@ -21,6 +21,8 @@ def recipe_spec(recipe: dict[str, object]):
     from harness.synth.shapes import shape_spec
 
     fields = {k: v for k, v in recipe.items() if k != "shape"}
+    if isinstance(fields.get("arch_params"), dict):  # a mapping in YAML, name/value pairs in the spec
+        fields["arch_params"] = tuple(sorted(fields["arch_params"].items()))
     known = {f.name for f in dataclasses.fields(synth.ModelSpec)}
     bad = sorted(set(fields) - known)
     if bad:

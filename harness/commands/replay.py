@@ -109,6 +109,8 @@ def replay_cost_cmd(
     policies: str = typer.Option("all", help="Comma list of online policies, or 'all'."),
     budget_mib: int = typer.Option(2000, help="Cache budget in MiB."),
     rounds: int = typer.Option(5, help="Rounds; the two checkouts alternate inside each, the order flipping."),
+    pure: bool = typer.Option(False, "--pure", help="Also measure this checkout with BMOE_PURE_PYTHON_POLICIES=1 "
+                              "(its pure-Python policies, not the compiled helper), as impl `pure`."),
 ) -> None:
     """CPU time of the expert cache's bookkeeping per decode token, driven as the engine's hook drives it
     (no llama.cpp), for this checkout and another side by side, with a digest of every decision."""
@@ -122,16 +124,18 @@ def replay_cost_cmd(
     if not (against / "harness" / "engine" / "cache.py").is_file():
         raise UserError(f"--against {against}: no harness/engine/cache.py there; give a checkout of the package")
     here = Path(bk.__file__).resolve().parents[2]
-    rows = bk.side_by_side({"against": against.resolve(), "this": here}, workloads.split(","), pols, budget_mib,
-                           rounds)
+    trees = {"against": against.resolve(), **({"pure": here} if pure else {}), "this": here}
+    rows = bk.side_by_side(trees, workloads.split(","), pols, budget_mib, rounds,
+                           {"pure": {"BMOE_PURE_PYTHON_POLICIES": "1"}, "this": {"BMOE_PURE_PYTHON_POLICIES": "0"}})
     out.mkdir(parents=True, exist_ok=True)
     (out / "raw.csv").write_text(bk.to_csv(rows, ["impl", "round", "workload", "policy", "budget_mib",
                                                   "ns_per_token", "digest"]))
     summ = bk.summary(rows)
     (out / "summary.csv").write_text(bk.to_csv(summ, list(summ[0])))
     for r in summ:
+        mid = f"pure {r['pure_ms_per_token']:7.3f}  " if pure else ""
         typer.echo(f"{r['workload']:11s} {r['policy']:12s} against {r['against_ms_per_token']:7.3f} ms/token  "
-                   f"this {r['this_ms_per_token']:7.3f}  x{r['ratio']:.2f}  same decisions: {r['same_decisions']}")
+                   f"{mid}this {r['this_ms_per_token']:7.3f}  x{r['ratio']:.2f}  same decisions: {r['same_decisions']}")
 
 
 def _unique_names(traces) -> None:

@@ -105,32 +105,37 @@ class ExpertCache:
         seen: set[int] = set()
         eb = self.expert_bytes[layer]
         batch_keys: set[Key] = set()
-        self.policy.on_batch(layer, self._clock)
+        policy, resident, enabled = self.policy, self.resident, self.enabled
+        policy.on_batch(layer, self._clock)
+        on_promote, on_hit, on_insert = policy.on_promote, policy.on_hit, policy.on_insert
+        clock, hits, misses = self._clock, res.hits, res.misses
         for e in experts:
             e = int(e)
             if e in seen:
                 # a duplicate only promotes (no lookup, no bytes): for LRU it becomes the most recent,
                 # so after a prefill batch the order is that of last use, as in the C++ original
-                if self.enabled:
-                    self.policy.on_promote((layer, e), self._clock)
+                if enabled:
+                    on_promote((layer, e), clock)
                 continue
             seen.add(e)
             key = (layer, e)
             batch_keys.add(key)
-            self._clock += 1
-            self.stats.lookups += 1
-            if key in self.resident:
-                self.stats.hits += 1
-                res.hits.append(e)
-                self.policy.on_hit(key, self._clock)
+            clock += 1
+            if key in resident:
+                hits.append(e)
+                on_hit(key, clock)
             else:
-                self.stats.misses += 1
-                self.stats.bytes_read += eb
-                res.misses.append(e)
-                self.resident.add(key)
+                misses.append(e)
+                resident.add(key)
                 self.resident_bytes += eb
-                if self.enabled:
-                    self.policy.on_insert(key, self._clock)
+                if enabled:
+                    on_insert(key, clock)
+        self._clock = clock
+        stats = self.stats
+        stats.lookups += len(hits) + len(misses)
+        stats.hits += len(hits)
+        stats.misses += len(misses)
+        stats.bytes_read += eb * len(misses)
         if not self.enabled:
             self._last_batch = sorted(batch_keys)
             return res
@@ -142,11 +147,14 @@ class ExpertCache:
     def evict_over_budget(self) -> list[Key]:
         """Evict down to the budget, never an entry the last batch touched; the entries evicted."""
         out: list[Key] = []
+        if self.resident_bytes <= self.budget:
+            return out
+        victim_of, protected, evict = self.policy.victim, self._protected, self._evict
         while self.resident_bytes > self.budget:
-            victim = self.policy.victim(self._protected)
+            victim = victim_of(protected)
             if victim is None:
                 break  # everything left was touched by the last batch
-            self._evict(victim)
+            evict(victim)
             out.append(victim)
         return out
 

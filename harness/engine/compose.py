@@ -23,6 +23,8 @@ from harness.engine.config import EngineConfig, lossy_settings, validate_for_mod
 from harness.engine.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.gguf_layout import ModelLayout, load_layout
 from harness.engine.hook import StreamHook
+from harness.engine.mtp import refusal as mtp_refusal
+from harness.engine.policies import native as policies_native
 from harness.engine.pressure import Pressure
 from harness.engine.reader import ExpertReader, SliceReader
 from harness.engine.session import RunResult, Session
@@ -214,6 +216,7 @@ class Engine:
         if p.plan:
             d.update({"cache_budget_bytes": p.plan.budget_bytes, "cache_mode": p.plan.mode,
                       "cache_policy_active": p.cache.policy.name if p.cache else "",
+                      "cache_policy_impl": policies_native.implementation(),  # compiled, or numpy (the reference)
                       "cache_plan": p.plan.note, "token_cycle_bytes": p.plan.cycle_bytes})
         if p.reader:
             d["odirect_effective"] = int(p.reader.odirect)
@@ -348,6 +351,8 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     check_model_file(cfg.model)
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
+    if cfg.mtp and (why := mtp_refusal(cfg.model, layout.arch, layout.n_layer_nextn)):
+        raise UserError(why)
     if cfg.n_expert_used and layout.expert_used_is_array:
         raise UserError(f"--n-expert-used: {cfg.model} gives expert_used_count per layer, which llama.cpp's "
                         "key override cannot change; drop --n-expert-used")

@@ -189,7 +189,14 @@ class EngineConfig:
                       "of the last --ngram-size tokens (prompt and reply), verify the guesses in one batch and keep "
                       "the longest prefix greedy decoding would have produced (greedy only; llama.cpp's CPU kernels "
                       "are not batch-size invariant, so as with a reused KV prefix a near-tie can flip)")
-    draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram: tokens guessed per verify batch")
+    mtp: bool = opt(False, "--mtp",
+                    lossy="verify batches are not bit-exact against one-token decoding: near-ties can flip",
+                    help="guess ahead with the model's own MTP (nextn) head through llama.cpp's MTP context: draft "
+                    "--draft tokens (one head, chained on its own hidden state), verify them in one batch and keep "
+                    "the longest prefix greedy decoding would have produced (greedy only; models with a nextn "
+                    "layer; the head's weights, its experts included, are read through the file mapping, not "
+                    "streamed)")
+    draft: int = opt(4, "--draft", lo=1, hi=16, help="with --ngram or --mtp: tokens guessed per verify batch")
     ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")
@@ -385,21 +392,25 @@ def _route_ahead_rules(cfg: EngineConfig) -> str | None:
 
 
 def _guess_rules(cfg: EngineConfig) -> str | None:
-    if not cfg.ngram:
-        for name, flag, default in (("draft", "--draft", 4), ("ngram_size", "--ngram-size", 3)):
-            if getattr(cfg, name) != default:
-                return f"bmoe: {flag} sets how --ngram guesses: add --ngram"
+    if not cfg.ngram and cfg.ngram_size != 3:
+        return "bmoe: --ngram-size sets how --ngram guesses: add --ngram"
+    if not cfg.ngram and not cfg.mtp:
+        if cfg.draft != 4:
+            return "bmoe: --draft sets how many tokens --ngram or --mtp guesses: add --ngram or --mtp"
         return None
+    if cfg.ngram and cfg.mtp:
+        return "bmoe: --ngram and --mtp are two ways of guessing ahead: use one of them"
+    name = "--ngram" if cfg.ngram else "--mtp"
     if cfg.temp > 0:
-        return "bmoe: --ngram verifies its guesses against greedy decoding: drop --temp"
-    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
+        return f"bmoe: {name} verifies its guesses against greedy decoding: drop --temp"
+    for attr, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
                        ("drop_cold_experts", "--drop-cold-experts"), ("drop_replay", "--drop-replay")):
-        if getattr(cfg, name) is not None:
-            return f"bmoe: {flag} works one decoded token at a time; it cannot be combined with --ngram"
+        if getattr(cfg, attr) is not None:
+            return f"bmoe: {flag} works one decoded token at a time; it cannot be combined with {name}"
     for on, flag in ((cfg.prefetch > 0, "--prefetch"), (cfg.predict_prefetch, "--predict-prefetch"),
                      (cfg.route_ahead > 0, "--route-ahead")):
         if on:
-            return f"bmoe: {flag} with --ngram is not supported (not gated together): use one of them"
+            return f"bmoe: {flag} with {name} is not supported (not gated together): use one of them"
     return None
 
 

@@ -17,6 +17,7 @@ from harness.engine.config import EngineConfig
 from harness.engine.dense import DenseWeights
 from harness.engine.gguf_layout import ModelLayout
 from harness.engine.hook import StreamHook, TokenCounters
+from harness.engine.mtp import MtpDrafter
 from harness.engine.prompt import build_prompt
 from harness.engine.token_loop import TokenLoop
 from harness.errors import UserError
@@ -65,6 +66,7 @@ class Session:
         self.cfg = cfg
         self.layout = layout
         self.hook: StreamHook | None = None
+        self.mtp: MtpDrafter | None = None  # --mtp: the MTP head's drafter
         self.dense = dense
         self.result: RunResult | None = None  # set when run() has yielded its last row
         self.psi_path, self.psi_source = sysstats.psi_memory_path()  # mem_stall_ms per token
@@ -108,6 +110,7 @@ class Session:
         mp.use_extra_bufts = False  # repacked Q4_0/Q4_K layouts would break rebinding (non-finite logits)
         mp.check_tensors = False  # validation would read every tensor, experts included, through the mapping
         mp.n_gpu_layers = 0
+        mp.load_mtp = self.cfg.mtp  # the nextn (MTP) block's tensors, for harness.engine.mtp
         self._kv = None
         if self.cfg.n_expert_used:
             arr = (L.llama_model_kv_override * 2)()
@@ -126,9 +129,10 @@ class Session:
         if not self.model:
             raise EngineError(f"llama.cpp could not load {self.cfg.model}: {self.last_log()}")
         self.vocab = L.llama_model_get_vocab(self.model)
-        if self.cfg.ngram and (L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model)):
-            raise UserError(f"--ngram: {self.cfg.model} keeps a recurrent state, which cannot drop rejected guesses; "
-                            "drop --ngram")
+        guess = "--ngram" if self.cfg.ngram else "--mtp" if self.cfg.mtp else ""
+        if guess and (L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model)):
+            raise UserError(f"{guess}: {self.cfg.model} keeps a recurrent state, which cannot drop rejected "
+                            f"guesses; drop {guess}")
 
     def _make_context(self) -> None:
         L = self.L
@@ -148,9 +152,14 @@ class Session:
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context: {self.last_log()}")
+        if self.cfg.mtp:
+            self.mtp = MtpDrafter(L, self.model, self.ctx, self.cfg.ctx, threads, self.last_log)
 
     def close(self) -> None:
         L = self.L
+        if getattr(self, "mtp", None):
+            self.mtp.close()
+            self.mtp = None
         if getattr(self, "ctx", None):
             L.llama_free(self.ctx)
             self.ctx = None
@@ -216,6 +225,7 @@ class Session:
         tr = self.hook.tracing if self.hook is not None else None
         if tr is not None:
             tr.decode_begin()
+        pos0 = L.llama_memory_seq_pos_max(L.llama_get_memory(self.ctx), 0) + 1 if self.mtp else 0
         rc = L.llama_decode(self.ctx, batch)
         if tr is not None:
             tr.decode_end()
@@ -223,12 +233,16 @@ class Session:
             self.hook.raise_if_failed()
         if rc != 0:
             raise EngineError(f"llama_decode returned {rc}: {self.last_log()}")
+        if self.mtp:
+            self.mtp.trunk_decoded(toks, pos0)
 
     def forget_from(self, pos: int) -> None:
         """Remove the KV cache's entries from position `pos` on (rejected guesses)."""
         L = self.L
         if not L.llama_memory_seq_rm(L.llama_get_memory(self.ctx), 0, pos, -1):
             raise EngineError(f"llama.cpp could not remove the KV cache's entries from position {pos}")
+        if self.mtp:
+            self.mtp.forget_from(pos)
 
     # -- the run ---------------------------------------------------------------------------------------
     def run(self, text: str | None = None, turn: int = 0) -> Iterator[TokenRow]:

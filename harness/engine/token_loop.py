@@ -2,11 +2,12 @@
 
 From the first sampled token: stop on an end-of-generation token or when `cancel` says so (checked between
 decodes), decode the token, hand out its `TokenRow`, sample the next, up to `n_predict` tokens. With
-guess-ahead (`--ngram`, harness.engine.guess) the sampled token and its guess are decoded in one batch with
-logits at every position; the guesses that equal the greedy token at their position are kept, the next token
-is the greedy one after them, and the rejected guesses' keys and values are removed from the KV cache. A batch
-that kept m guesses yields m + 1 rows: its wall time, reads and counters are shared evenly among them (sums
-stay exact), and its first row carries `draft_proposed` and `draft_accepted`.
+guess-ahead (`--ngram`, harness.engine.guess; `--mtp`, harness.engine.mtp) the sampled token and its guess are
+decoded in one batch with logits at every position; the guesses that equal the greedy token at their position
+are kept, the next token is the greedy one after them, and the rejected guesses' keys and values are removed
+from the KV cache. A batch that kept m guesses yields m + 1 rows: its wall time, reads and counters are shared
+evenly among them (sums stay exact), and its first row carries `draft_proposed` and `draft_accepted`. An MTP
+draft's time and reads are the group's too: added to its wall time and read bytes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Decoder(Protocol):
     ctx: Any
     vocab: Any
     hook: StreamHook | None
+    mtp: Any  # harness.engine.mtp.MtpDrafter with --mtp, else None
 
     def _decode(self, toks: list[int], all_logits: bool = False) -> None: ...
 
@@ -66,17 +68,22 @@ class TokenLoop:
         self.psi_path = psi_path
         self.cancel, self.on_decoded, self.on_error, self.on_first = cancel, on_decoded, on_error, on_first
         cfg = sess.cfg
-        self.guessing = cfg.ngram
+        self.guessing = cfg.ngram or cfg.mtp
         self.draft, self.ngram_size = cfg.draft, cfg.ngram_size
         self.finish = "length"
         self.tokens: list[int] = []
         if self.guessing:
             summary.draft_groups = summary.draft_proposed = summary.draft_accepted = 0
+        if sess.mtp is not None:  # the MTP head's share: time drafting and bytes read meanwhile
+            summary.extra.update(mtp_draft_ms=0.0, mtp_read_mib=0.0)
 
     def _guess(self, tok: int, room: int) -> list[int]:
         if not self.guessing or room <= 0:
             return []
         L, vocab = self.sess.L, self.sess.vocab
+        if self.sess.mtp is not None:
+            return self.sess.mtp.draft(tok, len(self.history), min(self.draft, room),
+                                       lambda t: L.llama_vocab_is_eog(vocab, t))
         return ngram_guess(self.history + [tok], self.ngram_size, min(self.draft, room),
                            lambda t: L.llama_vocab_is_eog(vocab, t))
 
@@ -116,15 +123,20 @@ class TokenLoop:
                 self.finish = "cancelled"
                 break
             self.tokens.append(tok)
+            mtp_s, mtp_b = (mtp.seconds, mtp.read_bytes) if (mtp := sess.mtp) is not None else (0.0, 0)
             guess = self._guess(tok, self.n_predict - step)
-            loop_ms = (time.perf_counter() - t_loop) * 1e3
+            if mtp is not None:  # the MTP head's draft is part of this group's work: its time and its reads
+                mtp_s, mtp_b = mtp.seconds - mtp_s, mtp.read_bytes - mtp_b
+                s.extra["mtp_draft_ms"] = round(float(s.extra["mtp_draft_ms"]) + mtp_s * 1e3, 3)  # type: ignore[arg-type]
+                s.extra["mtp_read_mib"] = round(float(s.extra["mtp_read_mib"]) + mtp_b / MIB, 3)  # type: ignore[arg-type]
+            loop_ms = (time.perf_counter() - t_loop - mtp_s) * 1e3
             t1 = time.perf_counter()
             try:
                 sess._decode([tok, *guess], all_logits=bool(guess))
             except BaseException:
                 self.on_error()
                 raise
-            wall = time.perf_counter() - t1
+            wall = time.perf_counter() - t1 + mtp_s
             t_loop = time.perf_counter()  # from here to the next decode: verify, rows, consumers, sampling
             kept, nxt = self._verify(guess) if guess else (0, -1)
             group = [tok, *guess[:kept]]
@@ -148,6 +160,7 @@ class TokenLoop:
                     stall_ms = (psi - psi0) / 1e3 / n
                 psi0 = psi
             io_reads = None
+            mtp_reads = split_int(mtp_b, n) if mtp is not None and cache is not None else None
             if cache is None:
                 io = sysstats.proc_io_read_bytes()
                 io_reads = split_int(io - io0, n) if io >= 0 and io0 >= 0 else [UNMEASURED] * n
@@ -164,6 +177,8 @@ class TokenLoop:
                     row.mem_stall_ms = stall_ms
                 if io_reads is not None:
                     row.read_bytes = io_reads[j]
+                if mtp_reads is not None:
+                    row.read_bytes += mtp_reads[j]
                 if row.read_bytes != UNMEASURED:
                     s.read_bytes += row.read_bytes
                 if self.guessing:

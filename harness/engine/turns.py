@@ -261,7 +261,8 @@ def sampling_of(cfg, **over: object) -> Sampling:
     """The engine flags' sampling, with a request's own values over it (None = keep the flag's)."""
     base = {"n_predict": cfg.n_predict, "temp": cfg.temp, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed}
     base.update({k: v for k, v in over.items() if v is not None})
-    if cfg.ngram and base["temp"] > 0:
-        raise UserError("this engine guesses ahead (--ngram), which is greedy only: send temp 0, or start it "
-                        "without --ngram")
+    if (cfg.ngram or cfg.mtp) and base["temp"] > 0:
+        flag = "--ngram" if cfg.ngram else "--mtp"
+        raise UserError(f"this engine guesses ahead ({flag}), which is greedy only: send temp 0, or start it "
+                        f"without {flag}")
     return Sampling(**base)  # type: ignore[arg-type]

@@ -97,6 +97,7 @@ class Recipe(TypedDict, total=False):
     seed: int
     n_split: int
     chat_template: str
+    arch_params: dict[str, int]  # an arch module's integer knobs (ModelSpec.arch_params), e.g. {mtp_bigram: 10}
 
 
 class ModelSource(_Model):

@@ -1,6 +1,6 @@
 """What the expert cache's bookkeeping costs per token, and a digest of every decision it takes.
 
-Drives `ExpertCache` exactly as the engine's hook does (harness/engine/hook.py): for each layer batch the
+Drives `ExpertCache` exactly as the engine's hook does (harness/engine/hook_account.py): for each layer batch the
 previous batch's evictions are decided first (`evict_over_budget`), then the batch is looked up with
 `evict=False`. No llama.cpp, no I/O: only the cache's CPU time, per decode token.
 
@@ -103,13 +103,15 @@ def _worker(args: list[str]) -> None:
                           "digest": digest, "harness": harness.__file__}), flush=True)
 
 
-def _run_worker(tree: Path, workload: str, budget_mib: int, policies: list[str]) -> list[dict]:
-    """This file's worker in a fresh interpreter, with `tree`'s harness package on the path."""
+def _run_worker(tree: Path, workload: str, budget_mib: int, policies: list[str], env_extra: dict | None = None
+                ) -> list[dict]:
+    """This file's worker in a fresh interpreter, with `tree`'s harness package on the path (and `env_extra`
+    in its environment, e.g. BMOE_PURE_PYTHON_POLICIES=1)."""
     import os
     import subprocess
 
     me = Path(__file__).resolve()
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), **(env_extra or {}))
     # -P: neither this file's folder nor the current one ahead of `tree` on the path
     out = subprocess.run([sys.executable, "-P", str(me), "--worker", workload, str(budget_mib), *policies], env=env,
                          cwd=tree, capture_output=True, text=True, check=False)
@@ -119,16 +121,17 @@ def _run_worker(tree: Path, workload: str, budget_mib: int, policies: list[str])
 
 
 def side_by_side(trees: dict[str, Path], workloads: list[str], policies: list[str], budget_mib: int,
-                 rounds: int) -> list[dict]:
+                 rounds: int, envs: dict[str, dict] | None = None) -> list[dict]:
     """Every (tree, workload) measured `rounds` times, the trees alternating inside each round (the order
-    flips every round so drift cancels). One row per measurement, with its tree's label as `impl`."""
+    flips every round so drift cancels). One row per measurement, with its tree's label as `impl`; `envs`
+    adds environment variables to a label's workers."""
     rows = []
     labels = list(trees)
     for r in range(rounds):
         order = labels if r % 2 == 0 else labels[::-1]
         for w in workloads:
             for label in order:
-                for row in _run_worker(trees[label], w, budget_mib, policies):
+                for row in _run_worker(trees[label], w, budget_mib, policies, (envs or {}).get(label)):
                     rows.append({"impl": label, "round": r + 1, **row})
     return rows
 

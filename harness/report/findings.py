@@ -142,7 +142,8 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
 def _table(res: Results) -> list[str]:
     vk = res.varying_keys
     head = ["cell", *vk, "runs", "tok/s [95% CI]", "x base [95% CI]", "s/token", "I/O wait", "cache mgmt",
-            "compute", "MiB read/tok", "hit %", "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree"]
+            "compute", "MiB read/tok", "hit %", "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree",
+            "prefetch MiB/tok", "prefetch wasted %"]
     cap_used = any(math.isfinite(c.cap_peak_mib) for c in res.cells)
     rss_used = any(math.isfinite(c.peak_rss_mib) for c in res.cells)
     drop = set()
@@ -152,6 +153,8 @@ def _table(res: Results) -> list[str]:
         drop.add("peak RSS MiB")
     if not any(math.isfinite(c.route_agree) for c in res.cells):
         drop.add("route agree")
+    if not any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells):
+        drop |= {"prefetch MiB/tok", "prefetch wasted %"}
     cols = [h for h in head if h not in drop]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for c in res.cells:
@@ -164,6 +167,7 @@ def _table(res: Results) -> list[str]:
             "compute": _f(c.compute_s, 3), "MiB read/tok": _f(c.mib_per_tok, 1), "hit %": _f(c.hit_pct, 1),
             "peak RSS MiB": _f(c.peak_rss_mib, 0), "cap peak MiB": _f(c.cap_peak_mib, 0),
             "majflt/tok": _f(c.majflt_per_tok, 1), "route agree": _f(c.route_agree, 3),
+            "prefetch MiB/tok": _f(c.prefetch_mib_per_tok, 1), "prefetch wasted %": _f(c.prefetch_wasted_pct, 1),
         }
         for k in vk:
             vals[k] = c.config.get(k, "n/a")
@@ -187,6 +191,10 @@ def _table(res: Results) -> list[str]:
         notes.append("route agree (--route-ahead, LOSSY): the mean per token of the share of routed-ahead slots whose "
                      "committed expert is among that layer's own router's top-k; on a synthetic model's random "
                      "routing it says nothing about a real model's.")
+    if "prefetch MiB/tok" not in drop:
+        notes.append("prefetch MiB/tok (--prefetch, --predict-prefetch): speculative bytes read per token, part of "
+                     "MiB read/tok; prefetch wasted % is the share of them evicted before any lookup used them "
+                     "(settled later than read, so the last tokens' reads may still be unsettled).")
     return lines + notes
 
 
@@ -311,7 +319,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
         L += quality + [""]
     L += _roofline(data, res) + [""]
     L += _not_shown(data, res) + [""]
-    folder = data.folder.name
+    folder = data.folder.resolve().name  # `report .` run inside the folder: its own name, not ''
     L += ["## Reproduce", "", "```", m.reproduce,
           f"bmoe-bench report bench-data/{folder}", "```", "",
           "Raw data: `manifest.json` (plan, engine, target, every run's record), `runs/<id>/metrics.csv` "

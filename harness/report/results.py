@@ -38,6 +38,8 @@ class CellResult:
     majflt_per_tok: float
     config: dict[str, str] = field(default_factory=dict)  # preamble keys shared by all its runs
     route_agree: float = math.nan  # --route-ahead: mean per-token slot agreement with the true routing (lossy)
+    prefetch_mib_per_tok: float = math.nan  # --prefetch / --predict-prefetch: speculative MiB read per token
+    prefetch_wasted_pct: float = math.nan  # of the speculative bytes, the share evicted before any use
 
 
 @dataclass
@@ -66,6 +68,15 @@ def _col(runs: list[RunData], name: str, warmup: int) -> list[np.ndarray]:
         if c is not None:
             out.append(c[warmup:])
     return out
+
+
+def _share(part: list[np.ndarray], whole: list[np.ndarray]) -> float:
+    """100 * sum(part) / sum(whole) over the measured tokens, NaN when nothing was measured or whole is 0."""
+    p = np.concatenate(part) if part else np.zeros(0)
+    q = np.concatenate(whole) if whole else np.zeros(0)
+    keep = np.isfinite(p) & np.isfinite(q)
+    total = float(q[keep].sum()) if keep.any() else 0.0
+    return 100.0 * float(p[keep].sum()) / total if total > 0 else math.nan
 
 
 def _last(runs: list[RunData], name: str) -> float:
@@ -169,6 +180,8 @@ def compute_results(data: CampaignData) -> Results:
             peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
             majflt_per_tok=_nanmean(_col(ok, "majflt", w)), config=shared.get(c.index, {}),
             route_agree=_nanmean(_col(ok, "route_agree", w)),
+            prefetch_mib_per_tok=_nanmean(_col(ok, "prefetch_bytes", w)) / 2**20,
+            prefetch_wasted_pct=_share(_col(ok, "prefetch_wasted_bytes", w), _col(ok, "prefetch_bytes", w)),
         ))
         for f in (stats.few_runs_check(c.label, len(ok)),
                   stats.variance_check(c.label, cells[-1].run_rates)):
@@ -215,6 +228,7 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 def results_frame(res: Results) -> pd.DataFrame:
     rows = []
+    prefetched = any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells)
     for c in res.cells:
         row = {"cell": c.label}
         for k in res.varying_keys:
@@ -230,5 +244,8 @@ def results_frame(res: Results) -> pd.DataFrame:
             "hit_pct": _r(c.hit_pct, 2), "peak_rss_mib": _r(c.peak_rss_mib, 1),
             "cap_peak_mib": _r(c.cap_peak_mib, 1), "majflt_per_tok": _r(c.majflt_per_tok, 2),
         })
+        if prefetched:  # only where a cell read ahead (every other folder's results.csv keeps its columns)
+            row.update({"prefetch_mib_per_tok": _r(c.prefetch_mib_per_tok, 3),
+                        "prefetch_wasted_pct": _r(c.prefetch_wasted_pct, 2)})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -154,7 +154,12 @@ def tensor_chunks(t: TensorPlan, seed: int) -> Iterator[bytes]:
             else:
                 raise ValueError(f"random blocks of {t.dtype}")
             continue
-        x = _normal_rows(t, rng, r0, r1)
+        if t.init == "eye":  # row r: std at column r (a scaled identity over the first ne[1] columns)
+            x = np.zeros((r1 - r0, t.ne[0]), dtype=np.float32)
+            r = np.arange(r0, r1)
+            x[(r - r0)[r < t.ne[0]], r[r < t.ne[0]]] = t.std
+        else:
+            x = _normal_rows(t, rng, r0, r1)
         if t.dtype == "f32":
             yield x.astype("<f4").tobytes()
         elif t.dtype == "f16":

@@ -47,7 +47,7 @@ class TensorPlan:
     dtype: str  # f32 | f16 | q8_0 | q4_k | mxfp4 | i32 | q5_0 | q5_k | q6_k
     init: str  # "normal" (gaussian, quantised if needed) | "ones" | "blocks" (random quant blocks) | "one_plus"
     # (f32 1 + std * gaussian: scales) | "expert_ids" (i32 rows of ne[0] distinct ids below `std`)
-    # | "const" (f32, all = std)
+    # | "const" (f32, all = std) | "eye" (row r is std at column r, else 0)
     std: float = 0.0
     zero_rows: tuple[int, ...] = ()  # rows (index along ne[1]) forced to zero
     layer: int = -1

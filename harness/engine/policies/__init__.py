@@ -11,7 +11,9 @@ One module per family: `recency` (lru, lfu), `partitioned` (layer, layer-lfu), `
 aged-decay, aged-markov), `duel` (markov-duel), `belady` (the offline reference); `markov` is the
 routing model aged-markov and markov-duel share, `heaps` the score heaps and victim rule of the scored
 ones. `offline` policies (belady) need the future access sequence (`prepare_offline`): replay only,
-the engine refuses them (`make_policy`).
+the engine refuses them (`make_policy`). `native` picks the compiled helper (harness/engine/_policyc: the
+heaps, the aged core, the Markov arithmetic) when it is built, else the pure-Python reference; both take
+the same decisions (BMOE_PURE_PYTHON_POLICIES=1 forces the reference).
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ aimed at sequential flooding)."""
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 
+from harness.engine.policies import native
 from harness.engine.policies.base import Key, Policy
 from harness.engine.policies.heaps import LayerHeaps
 from harness.engine.policies.markov import MarkovModel
@@ -46,7 +48,17 @@ class Aged(Policy):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         self._opp = [0] * len(expert_bytes)
         self._base = [0.0] * len(expert_bytes)
-        self._heaps = LayerHeaps(len(expert_bytes))
+        self._heaps = native.layer_heaps(len(expert_bytes))
+        c = native.helper()
+        if c is not None and type(self) in (Aged, AgedDecay):
+            self._take_core(c.AgedCore(len(expert_bytes), self.w, self._log2_decay, self._beta, False))
+
+    def _take_core(self, core: object) -> None:
+        """The compiled state (native.helper().AgedCore) takes every call the cache makes: the same
+        arithmetic, in C; this object's Python state then stays unused."""
+        self._core = core
+        for name in ("on_batch", "on_hit", "on_insert", "on_promote", "on_evict", "victim"):
+            setattr(self, name, getattr(core, name))
 
     def on_batch(self, layer: int, now: int) -> None:
         self._cur = layer
@@ -119,8 +131,30 @@ class AgedMarkov(Aged):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         super().bind(budget_bytes, expert_bytes)
         n = len(expert_bytes)
-        self._model = MarkovModel(n, self.m)
+        c = native.helper()
+        self._model = MarkovModel(n, self.m, c)
         self._res = [set() for _ in range(n)]
+        if c is not None and type(self) is AgedMarkov:
+            ref = weakref.ref(self)  # the core calls back; a weak reference keeps no cycle
+
+            def closer() -> None:
+                me = ref()
+                if me is not None:
+                    me._close_core()
+
+            self._take_core(c.AgedCore(n, self.w, self._log2_decay, self._beta, True, closer))
+
+    def _close_core(self) -> None:
+        """`_close` with the compiled core: it collected the batch and holds the scores."""
+        core, model = self._core, self._model
+        taken = core.take()
+        if taken is None:
+            return
+        layer, batch, batch_occ = taken
+        model.fit(layer, core.size(layer))
+        model.learn(layer, batch, batch_occ)
+        lr = None if model.prev[layer] is None else model.rate_and_log_ratio(layer, len(batch))[1]
+        core.rescore(layer, lr, self.z)
 
     def _close(self) -> None:
         model = self._model
@@ -128,7 +162,7 @@ class AgedMarkov(Aged):
         if closed is None:
             return
         layer, batch, _ = closed
-        lr = None if model.prev[layer] is None else model.log_ratio(layer, model.rate(layer, len(batch)))
+        lr = None if model.prev[layer] is None else model.rate_and_log_ratio(layer, len(batch))[1]
         keys = list(self._res[layer])
         bonus = self._bonus
         if lr is None:

@@ -3,10 +3,12 @@ design)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
 
+from harness.engine.policies import native
 from harness.engine.policies.base import Key, Policy
 from harness.engine.policies.heaps import LayerHeaps
 from harness.engine.policies.markov import MarkovModel, use_rate
@@ -50,12 +52,35 @@ class MarkovDuel(Policy):
     def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
         n = len(expert_bytes)
         self._slots = budget_bytes / max(1, sum(expert_bytes))
-        self._model = MarkovModel(n, self.m)
+        self._model = MarkovModel(n, self.m, native.helper())
+        # the compiled scores only where `_rate` and `_adjust` are the online ones (the informed bounds
+        # of the replay override them and take the numpy path)
+        cls = type(self)
+        self._c = self._model.c if (cls._rate, cls._adjust) == (MarkovDuel._rate, MarkovDuel._adjust) else None
+        self._wt = tuple(float(x) for x in self._w)
         self._pred: list[np.ndarray | None] = [None] * n  # each candidate's scores for the next batch
         self._score: list[np.ndarray | None] = [None] * n  # the chosen candidate's
         self._res: list[set[int]] = [set() for _ in range(n)]
-        self._heaps = LayerHeaps(n)
+        self._heaps = native.layer_heaps(n)
         self._zero = [0.0] * n  # no per-layer term in the victim rule
+        self._core = None
+        if self._c is not None and cls is MarkovDuel:
+            ref = weakref.ref(self)  # the core calls back; a weak reference keeps no cycle
+
+            def closer() -> None:
+                me = ref()
+                if me is not None:
+                    me._close()
+
+            def preload(key: Key) -> None:
+                me = ref()
+                if me is not None:
+                    me._push_current(key)
+
+            core = self._core = self._c.AgedCore(n, 0.0, 0.0, 0.0, True, closer, True, self.phase, preload)
+            self._heaps, self._res = core.heaps, core.res
+            for name in ("on_batch", "on_hit", "on_insert", "on_promote", "on_evict", "victim"):
+                setattr(self, name, getattr(core, name))  # the cache's calls go straight to the core
 
     def on_batch(self, layer: int, now: int) -> None:
         self._close()
@@ -69,21 +94,27 @@ class MarkovDuel(Policy):
             return
         n0 = pred.shape[1]
         k = int(min(max(1, round(self._slots)), n0 - 1))
+        idx = self._model.prev_idx[layer]  # this decode batch's experts
+        c = self._model.c
+        if c is not None and c.duel_step(pred, idx, k, self.score_decay, self._duel):
+            return  # the same counts (False: a tie argpartition breaks its own way; then numpy's)
         top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
         used = np.zeros(n0, bool)
-        idx = self._model.prev_idx[layer]  # this decode batch's experts
         used[idx[idx < n0]] = True
         self._duel = self.score_decay * self._duel + used[top].sum(1)
 
     def _close(self) -> None:
         model = self._model
-        closed = model.close()
+        closed = model.close() if self._core is None else self._take()
         if closed is None:
             return
         layer, batch, ntok = closed
         prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
         if not prefill:
             self._duel_step(layer, batch)
+        if self._c is not None:
+            self._close_compiled(layer, batch, prefill)
+            return
         tok = model.tokens[layer]
         q = self._rate(layer, model.occ[layer], tok, len(batch))
         w = self._w
@@ -101,6 +132,32 @@ class MarkovDuel(Policy):
         es = list(self._res[layer])
         self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
 
+    def _take(self) -> tuple[int, list[int], int] | None:
+        """`MarkovModel.close` of the batch the compiled core collected."""
+        taken = self._core.take()
+        if taken is None:
+            return None
+        layer, batch, batch_occ = taken
+        self._model.fit(layer, self._core.size(layer))
+        return self._model.learn(layer, batch, batch_occ)
+
+    def _close_compiled(self, layer: int, batch: list[int], prefill: bool) -> None:
+        """`_close`'s scores (after its duel step) in C, the log2s in numpy: the same bits."""
+        model, c = self._model, self._c
+        size = model.src[layer].shape[0]
+        q, lr = model.rate_and_log_ratio(layer, len(batch))
+        since, arg = np.empty(size), np.empty(size)
+        c.since(model.last[layer], model.tokens[layer], since, arg)
+        duel = self._duel.tolist()
+        row = duel.index(max(duel))  # np.argmax: the first of the largest
+        cands = np.empty((len(self.ages), size))
+        es = list(self._res[layer])
+        scores = c.duel_scores(np.log2(q), np.log2(arg), lr, since, None if prefill else model.prev_idx[layer],
+                               self._wt, self.ages, cands, row, es)
+        self._pred[layer] = cands
+        self._score[layer] = cands[row]
+        self._heaps.push_many(layer, [(layer, e) for e in es], scores)
+
     def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
         """q(b) for `layer` after its batch (occ: uses so far, tok: tokens so far, k: the batch's
         size); online, `use_rate`."""
@@ -117,9 +174,12 @@ class MarkovDuel(Policy):
         self._res[key[0]].add(key[1])
         self._model.see(key)
         if key[0] != self._model.open:  # a preload (outside any batch): the layer's current score, else 0
-            score = self._score[key[0]]
-            s = float(score[key[1]]) if score is not None and key[1] < score.shape[0] else 0.0
-            self._heaps.push(key, s)
+            self._push_current(key)
+
+    def _push_current(self, key: Key) -> None:
+        score = self._score[key[0]]
+        s = float(score[key[1]]) if score is not None and key[1] < score.shape[0] else 0.0
+        self._heaps.push(key, s)
 
     def on_promote(self, key: Key, now: int) -> None:
         self._model.promote(key)

@@ -3,6 +3,8 @@ so far say about which experts its next batch will use."""
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from harness.engine.policies.base import Key
@@ -22,10 +24,14 @@ class MarkovModel:
 
     A batch is collected while the cache looks it up (`start`, `see`, `promote`) and learnt when it
     closes (`close`). A batch where an expert occurs more than once is a prefill batch (the union of
-    the prompt tokens' experts): it counts as that many tokens and breaks the transition chain."""
+    the prompt tokens' experts): it counts as that many tokens and breaks the transition chain.
 
-    def __init__(self, n_layer: int, m: float) -> None:
+    With `compiled` (harness.engine.policies.native.helper()) the count updates and the arithmetic
+    before each log2 run in C, on the same arrays, to the same bits; the numpy code is the reference."""
+
+    def __init__(self, n_layer: int, m: float, compiled: ModuleType | None = None) -> None:
         self.m = m  # pseudo-counts smoothing P(b | a) toward q(b)
+        self.c = compiled
         f32 = np.float32
         self.tr = [np.zeros((0, 0), f32) for _ in range(n_layer)]  # transition counts a -> b
         self.src = [np.zeros(0, f32) for _ in range(n_layer)]  # times a was followed by a decode batch
@@ -42,7 +48,15 @@ class MarkovModel:
         size = self.src[layer].shape[0]
         if e < size:
             return
-        new = max(e + 1, 2 * size, 8)
+        self.fit(layer, max(e + 1, 2 * size, 8))
+
+    def fit(self, layer: int, new: int) -> None:
+        """Grow `layer`'s arrays to `new` experts (zeros; last use -1e9): one pad or several, the same
+        arrays. A caller that sizes them by `_grow`'s rule elsewhere (the compiled aged core) fits
+        them before a close."""
+        size = self.src[layer].shape[0]
+        if new <= size:
+            return
         d = new - size
         self.tr[layer] = np.pad(self.tr[layer], ((0, d), (0, d)))
         self.src[layer] = np.pad(self.src[layer], (0, d))
@@ -72,20 +86,30 @@ class MarkovModel:
         self.open, self.batch, self.batch_occ = -1, [], {}
         if layer < 0 or not batch:
             return None
-        idx = np.array(batch)  # batch_occ's keys, in the same order
+        return self.learn(layer, batch, batch_occ)
+
+    def learn(self, layer: int, batch: list[int], batch_occ: dict[int, int]) -> tuple[int, list[int], int]:
+        """`close` of a batch collected elsewhere (batch: its experts in lookup order, batch_occ: their
+        occurrences; not empty)."""
+        idx = np.array(batch, np.intp)  # batch_occ's keys, in the same order
         ntok = max(batch_occ.values())
-        self.occ[layer][idx] += 1 if ntok == 1 else np.array(list(batch_occ.values()))  # unique: one add each
         tok = self.tokens[layer] + ntok
         self.tokens[layer] = tok
-        self.last[layer][idx] = tok
-        if ntok > 1:  # prefill: no transitions
-            self.prev[layer] = None
+        chain = ntok == 1 and self.prev[layer] is not None
+        if self.c is not None:
+            self.c.learn(self.tr[layer], self.src[layer], self.occ[layer], self.last[layer], idx,
+                         None if ntok == 1 else np.array(list(batch_occ.values()), np.intp), tok,
+                         self.prev_idx[layer] if chain else None)
         else:
-            prev = self.prev[layer]
-            if prev is not None:
+            self.occ[layer][idx] += 1 if ntok == 1 else np.array(list(batch_occ.values()))  # unique: one add each
+            self.last[layer][idx] = tok
+            if chain:
                 pidx = self.prev_idx[layer]
                 self.tr[layer][pidx[:, None], idx] += 1  # unique rows and columns: one add each
                 self.src[layer][pidx] += 1
+        if ntok > 1:  # prefill: no transitions
+            self.prev[layer] = None
+        else:
             self.prev[layer] = batch
             self.prev_idx[layer] = idx
         return layer, batch, ntok
@@ -107,3 +131,18 @@ class MarkovModel:
         p = np.add.reduce(x, axis=0)
         np.true_divide(p, np.intp(x.shape[0]), out=p, casting="unsafe")
         return np.log2(p / q)
+
+    def rate_and_log_ratio(self, layer: int, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(`rate(layer, k)`, `log_ratio(layer, that rate)`), the same bits; in C when compiled."""
+        c = self.c
+        if c is None:
+            q = self.rate(layer, k)
+            return q, self.log_ratio(layer, q)
+        size = self.src[layer].shape[0]
+        q = np.empty(size, np.float32)
+        r = None if self.prev[layer] is None else np.empty(size, np.float32)
+        c.ratio(self.tr[layer], self.src[layer], self.occ[layer], self.tokens[layer], k, self.m,
+                None if r is None else self.prev_idx[layer], q, r)
+        if r is not None:
+            np.log2(r, out=r)  # numpy's log2 (its SIMD one is not libm's, bit for bit)
+        return q, r

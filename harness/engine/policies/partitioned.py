@@ -7,6 +7,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from harness.engine.policies import native
 from harness.engine.policies.base import Key, Policy
 from harness.engine.policies.heaps import LazyMinHeap
 
@@ -110,11 +111,19 @@ class LayerLFU(_Partitioned):
         super().__init__()
         self._count: dict[Key, int] = {}
         self._heaps: dict[int, LazyMinHeap] = {}
+        self._new_heap = LazyMinHeap
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        super().bind(budget_bytes, expert_bytes)
+        self._new_heap = native.min_heap
 
     def _touch(self, key: Key, now: int) -> None:
         c = self._count.get(key, 0) + 1
         self._count[key] = c
-        self._heaps.setdefault(key[0], LazyMinHeap()).set(key, c, now)
+        h = self._heaps.get(key[0])
+        if h is None:
+            h = self._heaps[key[0]] = self._new_heap()
+        h.set(key, c, now)
 
     def on_hit(self, key: Key, now: int) -> None:
         self._touch(key, now)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
+from harness.engine.policies import native
 from harness.engine.policies.base import Key, Policy
 from harness.engine.policies.heaps import LazyMinHeap
 
@@ -43,6 +45,9 @@ class LFU(Policy):
     def __init__(self) -> None:
         self._count: dict[Key, int] = {}
         self._heap = LazyMinHeap()
+
+    def bind(self, budget_bytes: int, expert_bytes: Sequence[int]) -> None:
+        self._heap = native.min_heap()
 
     def _touch(self, key: Key, now: int) -> None:
         c = self._count.get(key, 0) + 1

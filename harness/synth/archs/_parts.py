@@ -52,6 +52,13 @@ def output(spec: ModelSpec, norm: str = "output_norm.weight") -> list[TensorPlan
     ]
 
 
+def bigram_embedding(plans: list[TensorPlan], gain: int) -> list[TensorPlan]:
+    """The token embedding `gain` times larger (nextn_block's `bigram`); unchanged for 0."""
+    if not gain:
+        return plans
+    return [dataclasses.replace(t, std=t.std * gain) if t.name == "token_embd.weight" else t for t in plans]
+
+
 def model_tensors(spec: ModelSpec, layer: Callable[[ModelSpec, int], list[TensorPlan]]) -> list[TensorPlan]:
     """The whole file: the embedding, `layer(spec, il)` for every block, the output norm and head."""
     out = [embedding(spec)]
@@ -126,12 +133,17 @@ def lead_dense_ffn(spec: ModelSpec, il: int, n_lead: int, shared_width: int) -> 
     return [probs_bias(spec, il, ROUTER_BIAS_STD), *routed(spec, il), *mlp(spec, il, shared_width, "_shexp")]
 
 
-def nextn_block(spec: ModelSpec, il: int) -> list[TensorPlan]:
+def nextn_block(spec: ModelSpec, il: int, bigram: int = 0) -> list[TensorPlan]:
     """The nextn (MTP) extras of a block past the trunk: eh_proj and its two norms (the optional embedding and
-    head copies are left out: llama.cpp falls back to the model's own)."""
+    head copies are left out: llama.cpp falls back to the model's own). `bigram` > 0: eh_proj is `bigram` times
+    the identity on the token's (normed) embedding and drops the trunk's hidden state; with the embedding as
+    many times larger (`bigram_embedding`), both the trunk and the head then predict about what the output head
+    makes of the token's own embedding, so the head's drafts are often right (a random eh_proj's almost never)."""
     d, p = spec.n_embd, f"blk.{il}.nextn."
+    eh = (TensorPlan(p + "eh_proj.weight", (2 * d, d), spec.dense_type, "eye", float(bigram), layer=il) if bigram
+          else _lin(p + "eh_proj.weight", 2 * d, d, spec.dense_type, il))
     return [
-        _lin(p + "eh_proj.weight", 2 * d, d, spec.dense_type, il),
+        eh,
         _ones(p + "enorm.weight", d, il),
         _ones(p + "hnorm.weight", d, il),
     ]

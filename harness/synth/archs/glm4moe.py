@@ -14,7 +14,9 @@ from harness.synth.spec import ModelSpec
 
 ARCH = "glm4moe"
 SPEC_DEFAULTS: dict[str, Any] = {}
-PARAMS: dict[str, int] = dict(n_dense_lead=1, n_nextn=1)  # leading dense blocks; nextn layers, the last ones
+# leading dense blocks; nextn layers, the last ones; mtp_bigram=G > 0: a nextn head whose drafts are often right
+# (harness.synth.archs._parts.nextn_block; G = 10 keeps about a quarter of --mtp's drafts), for --mtp's gates
+PARAMS: dict[str, int] = dict(n_dense_lead=1, n_nextn=1, mtp_bigram=0)
 
 
 def validate(spec: ModelSpec) -> None:
@@ -37,9 +39,9 @@ def layer(spec: ModelSpec, il: int) -> list[P.TensorPlan]:
     out = [*P.qkvo(spec, il, norm=True, bias=True), P._ones(f"blk.{il}.post_attention_norm.weight", spec.n_embd, il),
            *P.lead_dense_ffn(spec, il, param(spec, PARAMS, "n_dense_lead"), spec.n_ff_exp)]
     if il >= spec.n_layer - param(spec, PARAMS, "n_nextn"):
-        out += P.nextn_block(spec, il)
+        out += P.nextn_block(spec, il, param(spec, PARAMS, "mtp_bigram"))
     return out
 
 
 def tensors(spec: ModelSpec) -> list[P.TensorPlan]:
-    return P.model_tensors(spec, layer)
+    return P.bigram_embedding(P.model_tensors(spec, layer), param(spec, PARAMS, "mtp_bigram"))

@@ -1,0 +1,147 @@
+"""The hook's accounting stage: a layer batch's cache lookups, the reads of its misses, its evictions and drops.
+
+- a layer batch (`_account`): its cache lookups and the reads of its misses; its evictions are decided later,
+  at the first expert-matmul ask (`_evict_now`), and the evicted slices dropped off the compute thread (`_drop`).
+- with `--prefetch K` / `--predict-prefetch` (a `prefetch.Prefetcher`), each layer's routing names experts of the
+  next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
+  are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads
+  (`spec_wait`) instead of reading again, and an evicted one's page drop waits for a read still running.
+- with `--route-ahead N` and a cache, the committed layer is accounted and its misses read at commit time
+  (`_commit_early`); the policies protect only the last batch, so an entry evicted while its layer is accounted
+  and not yet computed (`_held`) keeps its pages until that layer has been computed (a few slices over the budget
+  for a few layers); without one (shared slots, which hold one layer at a time) its reads start at its own routing
+  node as usual.
+
+A stage of `StreamHook` (harness.engine.hook), which holds the state; this class names what the stage uses.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from harness.engine.hook_bind import BindStage
+from harness.engine.hook_types import Bound, RouteEvent
+from harness.engine.read_group import wait_done
+
+if TYPE_CHECKING:
+    from harness.engine.cache import ExpertCache
+    from harness.engine.prefetch import Prefetcher
+
+
+def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
+    if after:  # a speculative read still writing into the slices
+        wait_done(after)
+    for b in bounds:
+        pos = b.et.abs_offset + e * b.et.nb2
+        b.res.drop(pos, pos + b.et.nb2)
+
+
+def _drop_all(work: list[tuple[tuple[int, int], tuple[Bound, ...], list[Future] | None]]) -> None:
+    for key, bounds, after in work:
+        _drop_slices(key[1], bounds, after)
+
+
+class AccountStage(BindStage):
+    cache: ExpertCache | None
+    prefetch: Prefetcher | None
+    phase: int
+    preload: bool
+    _preloaded: set[int]
+    _evict_due: bool  # the last batch's evictions are still to be decided
+    _held: dict[int, set[tuple[int, int]]] | None  # layer -> its batch, accounted, not computed
+    _deferred: dict[int, list[tuple[int, int]]]  # layer -> entries evicted while it was held
+    _early: set[int]  # layers accounted (and read) at commit time, before their routing node
+    dropper: ThreadPoolExecutor
+    pending_drop: dict[tuple[int, int], Future]
+    _recent_drops: list[Future]
+    spec_wait: dict[int, list[Future]]  # tensor address -> prefetch reads its next matmul needs
+    record_routes: bool
+    routes: list[RouteEvent]
+
+    @property
+    def early_reads(self) -> bool:
+        """Route-ahead reads a committed layer's misses at commit time (a cache), not at its routing node."""
+        return self._held is not None
+
+    def _commit_early(self, il: int, ids: np.ndarray) -> None:
+        """Route-ahead with a cache: layer `il`'s committed batch is accounted and its misses read now."""
+        self._early.add(il)
+        self._account(il, ids.reshape(-1).tolist(), ids)
+
+    def _account(self, il: int, flat_ids: list[int], ids: np.ndarray | None) -> RouteEvent | None:
+        """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order)."""
+        assert self.cache is not None
+        n_exp = self.layout.n_expert
+        order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
+        preloaded: list[int] = []
+        if self.preload and il not in self._preloaded:
+            self._preloaded.add(il)
+            preloaded = self.cache.preload(il, range(n_exp))
+        if self._evict_due:
+            self._evict_now()
+        # duplicates only promote, inside the cache; evictions are decided later (_evict_now), while this
+        # batch's reads are in flight, so the policy's bookkeeping overlaps I/O instead of delaying it
+        res = self.cache.lookup_batch(il, flat_ids, evict=False)
+        self._evict_due = self.cache.enabled
+        if self._held is not None:  # route-ahead: this batch's slices stay until the layer is computed
+            self._held[il] = {(il, e) for e in order}
+        if preloaded:
+            res.misses = sorted(set(preloaded) | set(res.misses))
+        c = self.counters
+        c.lookups += len(order)
+        c.hits += len(res.hits)
+        if not self.shared:  # shared slots: the previous batch's slices are simply overwritten
+            self._drop(res.evicted)  # no cache: the previous batch
+        for e in res.misses:
+            f = self.pending_drop.pop((il, e), None)
+            if f is not None:
+                f.result()
+        if res.misses:
+            for b in self.layer_bound.get(il, ()):
+                self.inflight.setdefault(b.addr, []).append(self._submit_many(b, res.misses))
+        if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
+            self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
+        else:
+            self.pending.pop(il, None)
+        if self.prefetch is not None:
+            last = order if ids is None or len(ids) == 1 else list(dict.fromkeys(ids[-1].tolist()))
+            for addr, f in self.prefetch.on_routed(il, res.hits, last, self.phase == 1):
+                self.spec_wait.setdefault(addr, []).append(f)
+        if self.record_routes and ids is not None:
+            hits = set(res.hits)
+            ev = RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order})
+            self.routes.append(ev)
+            return ev
+        return None
+
+    def _evict_now(self) -> None:
+        t0 = time.perf_counter_ns()
+        self._evict_due = False
+        self._drop(self.cache.evict_over_budget())
+        if self.prefetch is not None and self.prefetch.planned:  # after the batch's evictions: read what stays
+            self._drop(self.prefetch.admit(self.layer_bound, self.pending_drop))
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    def _drop(self, evicted: list[tuple[int, int]]) -> None:
+        # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);
+        # a later re-read of a key waits for its task; a speculative read still writing into an evicted
+        # entry's slices is waited for first (prefetch)
+        pf, held = self.prefetch, self._held
+        work = []
+        for key in evicted:
+            if held and key in held.get(key[0], ()):  # route-ahead: its layer still computes with it; drop it after
+                self._deferred.setdefault(key[0], []).append(key)
+                continue
+            after = pf.on_evicted(key) if pf is not None else None
+            bounds = tuple(self.layer_bound.get(key[0], ()))
+            if bounds:
+                work.append((key, bounds, after))
+        if work:
+            f = self.dropper.submit(_drop_all, work)
+            for key, _, _ in work:
+                self.pending_drop[key] = f
+            self._recent_drops.append(f)

@@ -1,0 +1,138 @@
+"""The hook's routing stage: the selected expert ids at each layer's routing node, and the router's weights.
+
+- `ffn_moe_topk-<il>` (a VIEW of the argsort, a TOP_K, or a GET_ROWS where an architecture selects by token id,
+  as deepseek4's hash-routed layers do) is isolated (True on ask); in its non-ask call the selected ids are
+  materialised: the cache accounts the layer batch and reads for the misses go to the lanes.
+- with `--drop-cold-experts` (a `drop.DropRule`), a `--drop-replay` (a `drop.DropReplay`) or a route trace,
+  the router's final weights node (`ffn_moe_weights`, `_softmax`, `_norm`, `_scaled`: the last one computed is
+  the one the expert outputs are multiplied by) is isolated too; at the layer's first expert-matmul ask the
+  weights are read (the trace's weight column) and, where drops apply, the layer batch's cache accounting
+  and reads wait until then: the dropped slots' weights are zeroed (the kept ones renormalised) and their
+  ids pointed at a kept expert, so nothing reads the dropped slices (harness.engine.drop).
+- with `--route-ahead N` (a `route_ahead.RouteAhead`, one of the taps): a decode layer's routing committed N MoE
+  layers early overwrites the selected ids at its routing node (its reads: harness.engine.hook_account).
+
+A stage of `StreamHook` (harness.engine.hook), which holds the state; this class names what the stage uses.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from harness.engine.ggml import GGML_TYPE_I32, tensor_at
+from harness.engine.hook_account import AccountStage
+from harness.engine.hook_dense import DenseStage
+from harness.engine.hook_types import HookError, Tap
+
+if TYPE_CHECKING:
+    from harness.engine.drop import DropReplay
+    from harness.engine.drop_stage import WeightsStage
+    from harness.engine.route_ahead import RouteAhead
+    from harness.engine.route_replay import RouteReplay
+
+
+class RouteStage(AccountStage, DenseStage):
+    topk_prefix: bytes
+    replay: RouteReplay | None
+    route_ahead: RouteAhead | None
+    stage: WeightsStage | None  # the router weights: route traces and drops
+    drop_replay: DropReplay | None
+    _want_weights: bool
+    k_effective: int | None
+    decode_index: int
+    _first_moe_layer: int
+    _tap_due: int | None
+    taps: list[Tap]
+
+    def _on_topk(self, t: int) -> None:
+        t0 = time.perf_counter_ns()
+        tt = tensor_at(t)
+        name = tt.name.decode()
+        il = int(name[len(self.topk_prefix):])
+        self._routed.add(il)
+        if self.taps:
+            self._tap_due = il
+        if self._ctrace is not None:
+            self._ctrace.layer = il
+        ahead = self.route_ahead.take(il, self.phase) if self.route_ahead is not None else None
+        held = self._held
+        if held is not None:  # the layers before this one are computed: their deferred drops go now
+            for la in [la for la in held if la < il or il == self._first_moe_layer]:
+                del held[la]
+                self._drop(self._deferred.pop(la, []))
+        if tt.type != GGML_TYPE_I32:
+            raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
+        k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
+        self.k_effective = k
+        if self.phase == 1 and il == self._first_moe_layer:
+            self.decode_index += 1
+            if self._dense_scan and self.decode_index >= 1:
+                self._end_dense_scan()
+        n_exp = self.layout.n_expert
+        ids = view = None
+        if n_tok == 1 and self.replay is None and not self._want_weights and ahead is None:
+            flat_ids = list((ctypes.c_int32 * k).from_address(tt.data))  # decode fast path: no numpy
+            lo, hi = min(flat_ids), max(flat_ids)
+        else:
+            stride = nb1 // 4
+            buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(tt.data)
+            view = np.lib.stride_tricks.as_strided(np.frombuffer(buf, dtype=np.int32), shape=(n_tok, k),
+                                                   strides=(nb1, 4))
+            if self.replay is not None:
+                forced = self.replay.ids(il, self.phase, n_tok, self.decode_index)
+                if forced is not None:
+                    view[:, :] = forced  # before anything reads them: weights and matmuls follow the trace
+            if ahead is not None:
+                if ahead.shape != view.shape:
+                    raise HookError(f"{name}: routed ahead {ahead.shape} ids, the graph selects {view.shape}")
+                self.route_ahead.score(ahead, view)
+                view[:, :] = ahead  # the committed routing, before the weights and the matmuls read the ids
+            ids = view.copy()
+            flat_ids = ids.reshape(-1).tolist()
+            lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= n_exp:
+            raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
+        st = self.stage
+        if st is not None:
+            assert ids is not None and view is not None
+            if st.on_topk(il, self.phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
+                self.counters.mgmt_ns += time.perf_counter_ns() - t0
+                return
+        if self.cache is None or il in self._early:  # resident, or accounted and read at commit time
+            self._early.discard(il)
+            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            return
+        ev = self._account(il, flat_ids, ids)
+        if st is not None and st.pending is not None:
+            st.pending.event = ev
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+
+    @property
+    def drop_totals(self) -> list[int]:
+        """Decode slots, decode slots dropped, prefill slots, prefill slots dropped (where drops applied)."""
+        return self.stage.totals if self.stage is not None else [0, 0, 0, 0]
+
+    def _finish_weights(self) -> None:
+        """At the layer's first expert-matmul ask: the router weights are computed. Read them (route traces),
+        apply the drops (harness.engine.drop_stage), then account the kept experts."""
+        t0 = time.perf_counter_ns()
+        st = self.stage
+        assert st is not None and st.pending is not None
+        if st.pending.drops and self.drop_replay is None and self._evict_due:
+            self._evict_now()  # the residency the lookups will see
+        try:
+            f = st.finish(self.phase, self.decode_index, self.cache.resident if self.cache is not None else None)
+        except ValueError as e:
+            raise HookError(str(e)) from None
+        if f.drop is None:
+            if f.event is not None:
+                f.event.weights = f.weights
+        elif self.cache is not None:
+            ev = self._account(f.layer, f.ids.reshape(-1)[~f.drop.reshape(-1)].tolist(), f.ids)
+            if ev is not None:
+                ev.weights, ev.dropped = f.weights, f.drop
+        self.counters.mgmt_ns += time.perf_counter_ns() - t0

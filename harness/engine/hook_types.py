@@ -1,0 +1,50 @@
+"""What the router hook's stages share and hand out: a bound expert tensor, the per-token counters, a recorded
+routing decision, the hook's error, and the tap signature."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.engine.gguf_layout import ExpertTensor
+from harness.engine.vm import Reservation
+
+# tap(layer, phase, decode_index, hidden float32 [n_tok, n_embd]): a layer's MoE input, at its first expert matmul
+Tap = Callable[[int, int, int, np.ndarray], None]
+
+
+@dataclass
+class Bound:
+    addr: int  # the model tensor's address
+    et: ExpertTensor
+    res: Reservation
+    isolate: bool  # answer True on its ask (not the last expert matmul of its layer)
+
+
+@dataclass
+class TokenCounters:
+    stall_ns: int = 0
+    mgmt_ns: int = 0
+    io_ns: int = 0
+    read_bytes: int = 0
+    lookups: int = 0
+    hits: int = 0
+    prefetch_bytes: int = -1  # with a Prefetcher: its counts for the token (prefetch.PrefetchCounts)
+    prefetch_used_bytes: int = -1
+    prefetch_wasted_bytes: int = -1
+
+
+@dataclass
+class RouteEvent:
+    phase: int
+    layer: int
+    ids: np.ndarray  # [n_tokens, k]
+    residency: dict[int, int] = field(default_factory=dict)  # expert -> 0 miss / 1 hit
+    weights: np.ndarray | None = None  # [n_tokens, k] the router's weights, before any drop
+    dropped: np.ndarray | None = None  # [n_tokens, k] bool
+
+
+class HookError(RuntimeError):
+    pass
