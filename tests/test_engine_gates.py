@@ -76,6 +76,26 @@ def test_pure_python_callback_front_matches(models, resident, tmp_path):
     assert py.tokens == c.tokens == resident("q4_k")
 
 
+@pytest.mark.parametrize("flags", [(), ("--no-odirect", "--io-threads", "3")])
+def test_compiled_and_python_read_lanes_match(models, resident, tmp_path, flags):
+    """The compiled read lanes (clanes.c) are built by the package build; the Python lanes are their fallback
+    (BMOE_PURE_PYTHON_LANES=1): same tokens, both equal to resident, one wrong expert still diverges on both."""
+    trace = tmp_path / "lanes.route.csv"
+    c = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", *flags, "--route-trace", str(trace),
+                env={"BMOE_PURE_PYTHON_LANES": "0"})
+    assert c.preamble["io_lanes"] == "c", "the compiled read lanes were not built"
+    py = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", *flags, env={"BMOE_PURE_PYTHON_LANES": "1"})
+    assert py.preamble["io_lanes"] == "python"
+    assert py.tokens == c.tokens == resident("q4_k")
+    assert c.summary["mib_read_per_token"] == py.summary["mib_read_per_token"] > 0
+    expert = next(r.expert for r in read_route_trace(trace).rows if r.phase == DECODE and r.layer == 1)
+    wrong = {"BMOE_TEST_WRONG_EXPERT": f"1,{expert},{(expert + 1) % 8}"}
+    for impl in ("0", "1"):
+        bad = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", *flags,
+                      env={**wrong, "BMOE_PURE_PYTHON_LANES": impl})
+        assert bad.tokens != resident("q4_k"), f"BMOE_PURE_PYTHON_LANES={impl}: one wrong expert did not diverge"
+
+
 def test_small_cache_with_evictions_matches(models, resident, tmp_path):
     # tiny Q4_K: 3 x 110592 B per expert, T = 4 layers x k=2 -> 0.84 MiB; 1 MiB holds 9 of the 32 experts
     r = _stream(models, tmp_path, "q4_k", "--cache-mb", "1")

@@ -5,7 +5,6 @@ is counted used, wasted or cancelled. The byte-identity gates with llama.cpp are
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import pytest
 
@@ -14,8 +13,11 @@ from harness.engine.gguf_layout import load_layout
 from harness.engine.hook import Bound
 from harness.engine.prefetch import Prefetcher
 from harness.engine.reader import SliceReader
+from harness.engine.tracing import Tracing
 from harness.engine.vm import Reservation
+from harness.formats.traces import ReadRow
 from harness.synth import ModelSpec, make_model
+from tests.lane_helpers import Hold, impl_fixture  # noqa: F401 - the `impl` fixture
 
 T = 10.0
 
@@ -27,7 +29,7 @@ def layout(tmp_path_factory):
 
 
 @pytest.fixture
-def parts(layout):
+def parts(layout, impl):
     reader = SliceReader(layout.shards, 1, odirect=False)
     bound = {m: [Bound(1000 * m + i, et, Reservation(et.nbytes, et.abs_offset), isolate=i < len(ets) - 1)
                  for i, et in enumerate(ets)] for m, ets in layout.by_layer.items()}
@@ -41,11 +43,20 @@ def _prefetcher(layout, reader, cache, ahead=1) -> Prefetcher:
                       ahead=ahead)
 
 
-def _block(reader) -> threading.Event:
-    gate, started = threading.Event(), threading.Event()
-    reader.pool.submit(lambda: (started.set(), gate.wait(T)))
-    assert started.wait(T)
-    return gate
+class _Gate:
+    def __init__(self, hold: Hold):
+        self.hold = hold
+
+    def set(self) -> None:
+        self.hold.release(0)
+
+
+def _block(reader) -> _Gate:
+    """Occupy the reader's one lane with a demand job until the returned gate is set."""
+    h = Hold(reader)
+    h.submit(0)
+    h.wait_holding(1)
+    return _Gate(h)
 
 
 def _landed(b: Bound, e: int) -> bool:
@@ -76,6 +87,9 @@ def test_a_hit_on_a_prefetched_expert_waits_for_its_reads_and_counts_as_used(par
     layout, reader, bound, eb = parts
     cache = ExpertCache(100 * eb[0], eb, "lru")
     pf = _prefetcher(layout, reader, cache)
+    tr = Tracing(io=True, compute=False)
+    reader.recorder = pf.trace = tr.io
+    assert tr.io is not None
     gate = _block(reader)
     pf.plan(1, [5])
     assert pf.admit(bound, {}) == []
@@ -85,15 +99,15 @@ def test_a_hit_on_a_prefetched_expert_waits_for_its_reads_and_counts_as_used(par
     wait = pf.on_routed(1, r.hits, [5], decode=True)
     assert sorted(a for a, _ in wait) == [b.addr for b in bound[1]]
     assert all(not f.done() for _, f in wait)
-    demand = reader.submit(bound[2][0].et.path, bound[2][0].et.abs_offset, 64, bound[2][0].res.data)
-    order = []
-    demand.add_done_callback(lambda _f: order.append("demand"))
-    wait[0][1].add_done_callback(lambda _f: order.append("promoted"))
+    rid = tr.io.record(2, 0, "demand-read", bound[2][0].et.abs_offset, 64)
+    demand = reader.submit(bound[2][0].et.path, bound[2][0].et.abs_offset, 64, bound[2][0].res.data, rid)
     gate.set()
     for _, f in wait:
         f.result(T)
     demand.result(T)
-    assert order == ["promoted", "demand"]  # promoted to demand priority, queued before the later demand read
+    # promoted to demand priority, queued before the later demand read: on the one lane, done before it
+    rows = {r.read: r for r in (ReadRow(*x) for x in tr.io.take(final=True))}
+    assert rows[rid].finished_ns > 0 and rows[rid].finished_ns > max(r.finished_ns for k, r in rows.items() if k != rid)
     assert all(_landed(b, 5) for b in bound[1])
     c = pf.take()
     assert (c.prefetch_bytes, c.used_bytes, c.wasted_bytes, c.cancelled) == (eb[1], eb[1], 0, 0)

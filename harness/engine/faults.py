@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.engine.gguf_layout import ExpertTensor, ModelLayout
+from harness.engine.read_group import Gather
 from harness.engine.reader import SliceReader
 from harness.errors import UserError
 
@@ -84,6 +85,24 @@ class FaultyReader:
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
         return self._submit(path, file_pos, length, addr, tag, self.inner.submit)
+
+    def submit_many(self, path: Path, reads: list[tuple[int, int, int, int | None]]) -> Gather:
+        """Each read gets its faults as in `submit`; the untouched ones go to the inner reader as one batch."""
+        plain, parts = [], []
+        for r in reads:  # in order: a poisoning read fills the reservation before any plain read is issued
+            if self._faulted(path, r[0]):
+                parts.append(self.submit(path, *r))
+            else:
+                plain.append(r)
+        return Gather(parts + ([self.inner.submit_many(path, plain)] if plain else []))
+
+    def _faulted(self, path: Path, file_pos: int) -> bool:
+        s = self._slices.get((path, file_pos))
+        if s is None:
+            return True  # not an expert slice: submit decides
+        f, (et, e) = self.faults, s
+        return ((f.poison_unread and et.name not in self._poisoned) or et.layer == f.fail_at_layer
+                or (f.wrong_expert is not None and (f.wrong_expert[0], f.wrong_expert[1]) == (et.layer, e)))
 
     def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
                            tag: int | None = None) -> Future:

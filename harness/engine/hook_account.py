@@ -18,13 +18,14 @@ A stage of `StreamHook` (harness.engine.hook), which holds the state; this class
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harness.engine.hook_bind import BindStage
 from harness.engine.hook_types import Bound, RouteEvent
+from harness.engine.read_group import wait_done
 
 if TYPE_CHECKING:
     from harness.engine.cache import ExpertCache
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
     if after:  # a speculative read still writing into the slices
-        wait(after)
+        wait_done(after)
     for b in bounds:
         pos = b.et.abs_offset + e * b.et.nb2
         b.res.drop(pos, pos + b.et.nb2)
@@ -101,8 +102,7 @@ class AccountStage(BindStage):
                 f.result()
         if res.misses:
             for b in self.layer_bound.get(il, ()):
-                futs = [self._submit(b, e) for e in res.misses]
-                self.inflight.setdefault(b.addr, []).extend(futs)
+                self.inflight.setdefault(b.addr, []).append(self._submit_many(b, res.misses))
         if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
             self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
         else:

@@ -77,7 +77,7 @@ class BindStage:
         self.layer_bound.setdefault(et.layer, []).append(b)
         misses = self.pending.get(et.layer)
         if misses:
-            self.inflight[src] = [self._submit(b, e) for e in misses]
+            self.inflight[src] = [self._submit_many(b, misses)]
         self.counters.mgmt_ns += time.perf_counter_ns() - t0
         return b
 
@@ -86,13 +86,16 @@ class BindStage:
             self._slots[kind] = SharedSlot(max(t.nbytes for t in self.layout.experts.values() if t.kind == kind))
         return self._slots[kind]
 
-    def _submit(self, b: Bound, e: int) -> Future:
-        et = b.et
-        pos = et.abs_offset + e * et.nb2
-        if self._iotrace is None:
-            return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos))
-        rid = self._iotrace.record(et.layer, e, et.kind, pos, et.nb2)
-        return self.reader.submit(et.path, pos, et.nb2, b.res.addr_of(pos), rid)
+    def _submit_many(self, b: Bound, experts: list[int]) -> Future:
+        """One call for a tensor's missed slices (reader.submit_many), not one submit per slice."""
+        et, tr = b.et, self._iotrace
+        nb2, off, addr_of = et.nb2, et.abs_offset, b.res.addr_of
+        if tr is None:
+            reads = [(p, nb2, addr_of(p), None) for p in [off + e * nb2 for e in experts]]
+        else:
+            reads = [(off + e * nb2, nb2, addr_of(off + e * nb2), tr.record(et.layer, e, et.kind, off + e * nb2, nb2))
+                     for e in experts]
+        return self.reader.submit_many(et.path, reads)
 
     def _wait(self, futs: list[Future], count: bool = True) -> None:
         t0 = time.perf_counter_ns()

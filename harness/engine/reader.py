@@ -7,7 +7,9 @@ the bytes that land are identical either way.
 
 The lanes have two priorities (harness.engine.lanes): demand reads (`submit`) always go first; speculative
 ones (`submit_speculative`, prefetch) run only on lanes with no demand work, at most `spec_max` at a time;
-`promote` moves a queued speculative read ahead when a demand read needs its bytes.
+`promote` moves a queued speculative read ahead when a demand read needs its bytes. `submit_many` hands one
+tensor's missed slices over in one call. The lanes are the compiled ones (harness.engine.clanes: no GIL on the
+lanes) when built, else the Python ones (BMOE_PURE_PYTHON_LANES=1 forces them); the bytes are the same.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol
 
+from harness.engine import clanes
 from harness.engine.lanes import PriorityLanes
+from harness.engine.read_group import Gather, chunks
 from harness.engine.vm import PAGE
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -43,6 +47,10 @@ class ExpertReader(Protocol):
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future: ...
 
+    def submit_many(self, path: Path, reads: list[tuple[int, int, int, int | None]]) -> Future:
+        """(file_pos, length, addr, tag) reads of one file as one handle: result() sums (bytes, ns)."""
+        ...
+
     def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
                            tag: int | None = None) -> Future: ...
 
@@ -58,7 +66,7 @@ class ExpertReader(Protocol):
 class ReadRecorder(Protocol):
     """What a reader tells about a tagged read (harness.engine.tracing.IoTrace)."""
 
-    def read_done(self, rid: int, started_ns: int, finished_ns: int, nbytes: int) -> None: ...
+    def read_done(self, rid: int, started_ns: int, finished_ns: int, nbytes: int, lane: int | None = None) -> None: ...
 
 
 def read_error(e: OSError, path: Path, pos: int, length: int) -> OSError:
@@ -95,8 +103,47 @@ class SliceReader:
                 os.close(fd)
             self.fd_direct.clear()
         self.sizes = {p: os.fstat(fd).st_size for p, fd in self.fd_buf.items()}
-        self.pool = PriorityLanes(lanes, spec_max or default_spec_max(lanes), prefix="bmoe-io")
         self.recorder: ReadRecorder | None = None  # --io-trace: told each tagged read's times on its lane
+        lib = clanes.load()
+        self.lanes_impl = "c" if lib is not None else "python"
+        self._c: clanes.CLanes | None = None
+        if lib is None:
+            self.pool = PriorityLanes(lanes, spec_max or default_spec_max(lanes), prefix="bmoe-io")
+            return
+        self._files = list(self.fd_buf)
+        self._file_no = {p: i for i, p in enumerate(self._files)}
+        self._all_direct = list(self.fd_direct.values())
+        self._c = clanes.CLanes(lib, lanes, spec_max or default_spec_max(lanes),
+                                [(self.fd_buf[p], self.fd_direct.get(p, -1), self.sizes[p]) for p in self._files],
+                                self._fellback)
+        self._c.on_done = self._c_done
+        self._error_of = {p: self._error_maker(p) for p in self._files}
+
+    # -- the compiled lanes (harness.engine.clanes) ---------------------------------------------------------
+    @staticmethod
+    def _error_maker(path: Path) -> clanes.ErrorOf:
+        def error_of(err: int, pos: int, length: int) -> BaseException:
+            if err == clanes.ERR_SHORT:
+                return OSError(f"short read at {pos} in {path}: the model file is truncated")
+            return read_error(OSError(err, os.strerror(err)), path, pos, length)
+        return error_of
+
+    def _fellback(self) -> None:
+        assert self._c is not None
+        for p in list(self.fd_direct):
+            if not self._c.direct(self._file_no[p]):
+                self.fd_direct.pop(p)
+                self.odirect_refused = f"O_DIRECT read failed on {p} (Invalid argument); reading buffered"
+
+    def _c_done(self, tag: int, t0: int, t1: int, nbytes: int, lane: int) -> None:
+        if self.recorder is not None:
+            self.recorder.read_done(tag, t0, t1, nbytes, lane)
+
+    def _c_submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None,
+                  speculative: bool = False) -> Future:
+        assert self._c is not None
+        return self._c.submit1(self._file_no[path], file_pos, length, addr, None if self.recorder is None else tag,
+                               self._error_of[path], speculative)  # type: ignore[return-value]
 
     @property
     def odirect(self) -> bool:
@@ -151,9 +198,29 @@ class SliceReader:
 
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
         """`tag`: the recorder's id for this read (--io-trace), or None."""
+        if self._c is not None:
+            return self._c_submit(path, file_pos, length, addr, tag)
         if tag is None or self.recorder is None:
             return self.pool.submit(self._read, path, file_pos, length, addr)
         return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr)
+
+    def submit_many(self, path: Path, reads: list[tuple[int, int, int, int | None]]) -> Future:
+        """One tensor's slices (file_pos, length, addr, tag) in one call: one group on the compiled lanes, else
+        one Python job per lane (each reading its run of slices in order)."""
+        if self._c is not None:
+            flat = [x for r in reads for x in r[:3]]
+            tags = None if self.recorder is None else [r[3] for r in reads]
+            return self._c.submit(self._file_no[path], flat, tags, self._error_of[path])  # type: ignore[return-value]
+        return Gather([self.pool.submit(self._read_run, path, run) for run in chunks(reads, self.lanes)])  # type: ignore
+
+    def _read_run(self, path: Path, run: list[tuple[int, int, int, int | None]]) -> tuple[int, int]:
+        got = ns = 0
+        for pos, length, addr, tag in run:
+            g, n = (self._read(path, pos, length, addr) if tag is None or self.recorder is None else
+                    self._traced_read(tag, path, pos, length, addr))
+            got += g
+            ns += n
+        return got, ns
 
     def _traced_read(self, tag: int, path: Path, file_pos: int, length: int, addr: int) -> tuple[int, int]:
         t0 = time.perf_counter_ns()
@@ -165,19 +232,27 @@ class SliceReader:
     def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
                            tag: int | None = None) -> Future:
         """A read ahead (harness.engine.lanes: only on a lane no demand read wants); `tag` as for submit."""
+        if self._c is not None:
+            return self._c_submit(path, file_pos, length, addr, tag, speculative=True)
         if tag is None or self.recorder is None:
             return self.pool.submit(self._read, path, file_pos, length, addr, speculative=True)
         return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr, speculative=True)
 
     def promote(self, fut: Future) -> None:
-        self.pool.promote(fut)
+        (self._c or self.pool).promote(fut)
 
     def withdraw(self, futs: list[Future]) -> bool:
         """Cancel speculative reads not yet started, all or none (harness.engine.lanes)."""
-        return self.pool.withdraw(futs)
+        return (self._c or self.pool).withdraw(futs)
 
     def close(self) -> None:
-        self.pool.close()
+        if self._c is not None:
+            if self._c._closed:
+                return
+            self._c.close()
+            self.fd_direct = dict(enumerate(self._all_direct))  # type: ignore[arg-type]  # closed below
+        else:
+            self.pool.close()
         for fd in list(self.fd_buf.values()) + list(self.fd_direct.values()):
             os.close(fd)
         self.fd_buf.clear()

@@ -62,11 +62,13 @@ class IoTrace:
                 lane = self._lanes.setdefault(me, len(self._lanes))
         return lane
 
-    def read_done(self, rid: int, started_ns: int, finished_ns: int, nbytes: int) -> None:
-        """On the reader's lane, when the read has landed."""
+    def read_done(self, rid: int, started_ns: int, finished_ns: int, nbytes: int, lane: int | None = None) -> None:
+        """On the reader's lane, when the read has landed (`lane` None), or later with the lane's number (the
+        compiled lanes report when the read is collected)."""
         r = self._rows.get(rid)
         if r is not None:
-            r[_LANE], r[_STARTED], r[_FINISHED], r[_BYTES] = self._lane(), started_ns, finished_ns, nbytes
+            r[_LANE], r[_STARTED], r[_FINISHED], r[_BYTES] = (self._lane() if lane is None else lane, started_ns,
+                                                              finished_ns, nbytes)
 
     def forget(self, rid: int) -> None:
         """A read withdrawn before it started (a cancelled prefetch): it never happened, so no row."""

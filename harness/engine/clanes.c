@@ -1,0 +1,413 @@
+/* Read lanes without the GIL: pthreads doing pread into place, two priorities (harness/engine/clanes.py).
+ *
+ * A reader hands a group of reads (one tensor's missed slices, or one speculative read) to `bmoe_lanes_submit`;
+ * lane threads take them from two FIFO queues exactly as harness.engine.lanes.PriorityLanes does: the oldest
+ * demand read first; a speculative one only when no demand read is queued and fewer than spec_max speculative
+ * reads run. A queued speculative group can be promoted (moved to the end of the demand queue), withdrawn (all
+ * or none) or cancelled. The caller waits for a group with `bmoe_lanes_collect` (called through ctypes, so the
+ * GIL is released while it blocks); nothing here ever touches Python.
+ * A read on an O_DIRECT descriptor reads the page-aligned superset of its slice (the destination is congruent
+ * to the file offset); EINVAL at its first byte switches that file to buffered reads for good (`fellback`).
+ * Each read keeps its start and finish time (CLOCK_MONOTONIC ns, as time.perf_counter_ns), its errno and where
+ * it failed, for the caller to report.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PAGE 4096
+enum { Q_DEMAND = 1, Q_SPEC = 2, RUNNING = 3, DONE = 4, CANCELLED = 5 };
+#define ERR_SHORT (-1)
+
+typedef struct grp grp;
+typedef struct rd {
+    struct rd *prev, *next;
+    grp *g;
+    int file, state, spec_taken, lane, err, fellback;
+    int64_t pos, len, errpos, errlen, got, ns, t0, t1;
+    char *addr;
+} rd;
+
+struct grp {
+    int n, remaining, orphan, spec;
+    rd r[];
+};
+
+typedef struct {
+    int fd_buf, fd_direct;
+    int64_t size;
+} file_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    rd *dh, *dt, *sh, *st;
+    int spec_running, spec_max, closed, nthreads, nfiles, idle;
+    pthread_t *th;
+    file_t *files;
+    pthread_cond_t hold_cv;  /* tests: lanes held by hold jobs (file -1) until released */
+    uint64_t released;
+    int holding, hold_peak;
+} lanes_t;
+
+typedef struct {
+    lanes_t *L;
+    int lane;
+} lane_arg;
+
+int bmoe_lanes_version(void) { return 2; }
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void unlink_rd(rd **h, rd **t, rd *r) {
+    if (r->prev) r->prev->next = r->next; else *h = r->next;
+    if (r->next) r->next->prev = r->prev; else *t = r->prev;
+    r->prev = r->next = NULL;
+}
+
+static void push_rd(rd **h, rd **t, rd *r) {
+    r->next = NULL;
+    r->prev = *t;
+    if (*t) (*t)->next = r; else *h = r;
+    *t = r;
+}
+
+/* 0 on success; else r->err (errno or ERR_SHORT), r->errpos, r->errlen say where */
+static int read_fd(rd *r, int fd, int64_t start, int64_t want, int64_t need, char *dest) {
+    int64_t got = 0;
+    while (got < need) {
+        ssize_t n = pread(fd, dest + got, (size_t)(want - got), (off_t)(start + got));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            r->err = errno; r->errpos = start + got; r->errlen = want - got; r->got = got;
+            return -1;
+        }
+        if (n == 0) {
+            r->err = ERR_SHORT; r->errpos = start + got; r->errlen = want - got; r->got = got;
+            return -1;
+        }
+        got += n;
+    }
+    r->got = got;
+    return 0;
+}
+
+static void hold(lanes_t *L, rd *r) {
+    pthread_mutex_lock(&L->mu);
+    if (++L->holding > L->hold_peak) L->hold_peak = L->holding;
+    while (!((L->released >> (r->pos & 63)) & 1)) pthread_cond_wait(&L->hold_cv, &L->mu);
+    L->holding--;
+    pthread_mutex_unlock(&L->mu);
+}
+
+static void do_read(lanes_t *L, rd *r) {
+    r->t0 = now_ns();
+    if (r->file < 0) {
+        hold(L, r);
+        goto out;
+    }
+    file_t *f = &L->files[r->file];
+    int fdd = __atomic_load_n(&f->fd_direct, __ATOMIC_RELAXED);
+    if (fdd >= 0) {
+        int64_t a = r->pos / PAGE * PAGE;
+        int64_t b = (r->pos + r->len + PAGE - 1) / PAGE * PAGE, end = (f->size + PAGE - 1) / PAGE * PAGE;
+        if (b > end) b = end;
+        if (read_fd(r, fdd, a, b - a, r->pos + r->len - a, r->addr - (r->pos - a)) == 0) goto out;
+        if (r->got != 0 || r->err != EINVAL) goto out;
+        r->err = 0;  /* EINVAL at the first byte: a filesystem that accepted the open; read buffered */
+        r->fellback = 1;
+        __atomic_store_n(&f->fd_direct, -1, __ATOMIC_RELAXED);
+    }
+    read_fd(r, f->fd_buf, r->pos, r->len, r->len, r->addr);
+out:
+    r->t1 = now_ns();
+    r->ns = r->t1 - r->t0;
+}
+
+static void *lane_main(void *p) {
+    lane_arg *a = p;
+    lanes_t *L = a->L;
+    int lane = a->lane;
+    free(a);
+    pthread_mutex_lock(&L->mu);
+    for (;;) {
+        rd *r = NULL;
+        if (L->dh) {
+            r = L->dh;
+            unlink_rd(&L->dh, &L->dt, r);
+        } else if (L->sh && L->spec_running < L->spec_max) {
+            r = L->sh;
+            unlink_rd(&L->sh, &L->st, r);
+            r->spec_taken = 1;
+            L->spec_running++;
+        } else if (L->closed) {
+            break;
+        } else {
+            L->idle++;
+            pthread_cond_wait(&L->work, &L->mu);
+            L->idle--;
+            continue;
+        }
+        r->state = RUNNING;
+        r->lane = lane;
+        pthread_mutex_unlock(&L->mu);
+        do_read(L, r);
+        pthread_mutex_lock(&L->mu);
+        r->state = DONE;
+        if (r->spec_taken) {
+            L->spec_running--;
+            if (L->sh && L->idle) pthread_cond_signal(&L->work);  /* a queued speculative read may start */
+        }
+        grp *g = r->g;
+        if (--g->remaining == 0) {
+            if (g->orphan) free(g);
+            else pthread_cond_broadcast(&L->done);
+        }
+    }
+    pthread_mutex_unlock(&L->mu);
+    return NULL;
+}
+
+/* fd_direct[i] < 0: no O_DIRECT descriptor for file i */
+lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, const int *fd_direct,
+                        const int64_t *size) {
+    lanes_t *L = calloc(1, sizeof *L);
+    if (!L) return NULL;
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->work, NULL);
+    pthread_cond_init(&L->done, NULL);
+    pthread_cond_init(&L->hold_cv, NULL);
+    L->spec_max = spec_max;
+    L->nfiles = nfiles;
+    L->files = calloc((size_t)(nfiles > 0 ? nfiles : 1), sizeof *L->files);
+    L->th = calloc((size_t)lanes, sizeof *L->th);
+    for (int i = 0; i < nfiles; i++) {
+        L->files[i].fd_buf = fd_buf[i];
+        L->files[i].fd_direct = fd_direct[i];
+        L->files[i].size = size[i];
+    }
+    for (int i = 0; i < lanes; i++) {
+        lane_arg *a = malloc(sizeof *a);
+        a->L = L;
+        a->lane = i;
+        if (pthread_create(&L->th[i], NULL, lane_main, a) != 0) {
+            free(a);
+            break;
+        }
+        L->nthreads++;
+    }
+    return L;
+}
+
+int bmoe_lanes_direct(lanes_t *L, int file) { return __atomic_load_n(&L->files[file].fd_direct, __ATOMIC_RELAXED) >= 0; }
+
+/* wake as many idle lanes as can take work now (a woken lane that cannot take a job only costs a switch) */
+static void wake(lanes_t *L, int n, int spec) {
+    int can = spec ? L->spec_max - L->spec_running : n;
+    if (can > n) can = n;
+    if (can > L->idle) can = L->idle;
+    if (can <= 0) return;
+    if (can == 1) pthread_cond_signal(&L->work);
+    else pthread_cond_broadcast(&L->work);
+}
+
+static grp *enqueue(lanes_t *L, grp *g, int spec) {
+    pthread_mutex_lock(&L->mu);
+    if (L->closed) {
+        pthread_mutex_unlock(&L->mu);
+        free(g);
+        return NULL;
+    }
+    for (int i = 0; i < g->n; i++) {
+        if (spec) push_rd(&L->sh, &L->st, &g->r[i]);
+        else push_rd(&L->dh, &L->dt, &g->r[i]);
+    }
+    wake(L, g->n, spec);
+    pthread_mutex_unlock(&L->mu);
+    return g;
+}
+
+static grp *new_group(int n, int spec) {
+    grp *g = calloc(1, sizeof *g + (size_t)n * sizeof(rd));
+    if (!g) return NULL;
+    g->n = g->remaining = n;
+    g->spec = spec;
+    for (int i = 0; i < n; i++) {
+        g->r[i].g = g;
+        g->r[i].lane = -1;
+        g->r[i].state = spec ? Q_SPEC : Q_DEMAND;
+    }
+    return g;
+}
+
+/* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:
+ * closed or no memory) */
+grp *bmoe_lanes_submit(lanes_t *L, int file, int n, const int64_t *reads, int spec) {
+    grp *g = new_group(n, spec);
+    if (!g) return NULL;
+    for (int i = 0; i < n; i++) {
+        rd *r = &g->r[i];
+        r->file = file;
+        r->pos = reads[3 * i];
+        r->len = reads[3 * i + 1];
+        r->addr = (char *)(uintptr_t)reads[3 * i + 2];
+    }
+    return enqueue(L, g, spec);
+}
+
+/* one read, without arrays */
+grp *bmoe_lanes_submit1(lanes_t *L, int file, int64_t pos, int64_t len, uintptr_t addr, int spec) {
+    grp *g = new_group(1, spec);
+    if (!g) return NULL;
+    g->r[0].file = file;
+    g->r[0].pos = pos;
+    g->r[0].len = len;
+    g->r[0].addr = (char *)addr;
+    return enqueue(L, g, spec);
+}
+
+int bmoe_lanes_done(lanes_t *L, grp *g) {
+    pthread_mutex_lock(&L->mu);
+    int d = g->remaining == 0;
+    pthread_mutex_unlock(&L->mu);
+    return d;
+}
+
+/* move the group's still-queued speculative reads to the end of the demand queue; returns how many moved */
+int bmoe_lanes_promote(lanes_t *L, grp *g) {
+    int moved = 0;
+    pthread_mutex_lock(&L->mu);
+    for (int i = 0; i < g->n; i++) {
+        rd *r = &g->r[i];
+        if (r->state == Q_SPEC) {
+            unlink_rd(&L->sh, &L->st, r);
+            r->state = Q_DEMAND;
+            push_rd(&L->dh, &L->dt, r);
+            moved++;
+        }
+    }
+    if (moved) wake(L, moved, 0);
+    pthread_mutex_unlock(&L->mu);
+    return moved;
+}
+
+static void cancel_group(lanes_t *L, grp *g) {
+    for (int i = 0; i < g->n; i++) {
+        rd *r = &g->r[i];
+        if (r->state == Q_SPEC) unlink_rd(&L->sh, &L->st, r);
+        else if (r->state == Q_DEMAND) unlink_rd(&L->dh, &L->dt, r);
+        else continue;
+        r->state = CANCELLED;
+        g->remaining--;
+    }
+    pthread_cond_broadcast(&L->done);
+}
+
+/* all of the groups' reads still queued as speculative: cancel them all (1); else change nothing (0) */
+int bmoe_lanes_withdraw(lanes_t *L, int n, grp *const *gs) {
+    pthread_mutex_lock(&L->mu);
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < gs[k]->n; i++)
+            if (gs[k]->r[i].state != Q_SPEC) {
+                pthread_mutex_unlock(&L->mu);
+                return 0;
+            }
+    for (int k = 0; k < n; k++) cancel_group(L, gs[k]);
+    pthread_mutex_unlock(&L->mu);
+    return 1;
+}
+
+/* every read of the group still queued (either queue): cancel them (1); else nothing (0), as Future.cancel */
+int bmoe_lanes_cancel(lanes_t *L, grp *g) {
+    pthread_mutex_lock(&L->mu);
+    for (int i = 0; i < g->n; i++)
+        if (g->r[i].state != Q_SPEC && g->r[i].state != Q_DEMAND) {
+            pthread_mutex_unlock(&L->mu);
+            return 0;
+        }
+    cancel_group(L, g);
+    pthread_mutex_unlock(&L->mu);
+    return 1;
+}
+
+/* wait until no read of the group is queued or running; out[0..5]: bytes read, summed read ns, index of the first
+ * failed read or -1, index of a read that fell back to buffered or -1, reads cancelled, reads done */
+void bmoe_lanes_collect(lanes_t *L, grp *g, int64_t *out) {
+    pthread_mutex_lock(&L->mu);
+    while (g->remaining > 0) pthread_cond_wait(&L->done, &L->mu);
+    pthread_mutex_unlock(&L->mu);
+    int64_t got = 0, ns = 0, failed = -1, fell = -1, cancelled = 0, done = 0;
+    for (int i = 0; i < g->n; i++) {
+        rd *r = &g->r[i];
+        if (r->state == CANCELLED) { cancelled++; continue; }
+        done++;
+        got += r->got;
+        ns += r->ns;
+        if (r->err && failed < 0) failed = i;
+        if (r->fellback && fell < 0) fell = i;
+    }
+    out[0] = got; out[1] = ns; out[2] = failed; out[3] = fell; out[4] = cancelled; out[5] = done;
+}
+
+/* read i of a collected group: out[0..7] = got, t0, t1, lane, err, errpos, errlen, state */
+void bmoe_lanes_detail(grp *g, int i, int64_t *out) {
+    rd *r = &g->r[i];
+    out[0] = r->got; out[1] = r->t0; out[2] = r->t1; out[3] = r->lane;
+    out[4] = r->err; out[5] = r->errpos; out[6] = r->errlen; out[7] = r->state;
+}
+
+/* the caller is done with the group: freed now, or by the lane that finishes its last read */
+void bmoe_lanes_release(lanes_t *L, grp *g) {
+    pthread_mutex_lock(&L->mu);
+    if (g->remaining == 0) free(g);
+    else g->orphan = 1;
+    pthread_mutex_unlock(&L->mu);
+}
+
+/* cancel the queued speculative reads, finish the demand ones, stop the lanes (L stays valid for release) */
+void bmoe_lanes_close(lanes_t *L) {
+    pthread_mutex_lock(&L->mu);
+    if (L->closed) {
+        pthread_mutex_unlock(&L->mu);
+        return;
+    }
+    L->closed = 1;
+    while (L->sh) {
+        rd *r = L->sh;
+        unlink_rd(&L->sh, &L->st, r);
+        r->state = CANCELLED;
+        if (--r->g->remaining == 0 && r->g->orphan) free(r->g);
+    }
+    pthread_cond_broadcast(&L->work);
+    pthread_cond_broadcast(&L->done);
+    pthread_mutex_unlock(&L->mu);
+    for (int i = 0; i < L->nthreads; i++) pthread_join(L->th[i], NULL);
+}
+
+/* for tests: a job (file -1) that holds its lane until bmoe_lanes_release_hold(id); how many lanes hold now, and
+ * the most that ever held at once */
+grp *bmoe_lanes_submit_hold(lanes_t *L, int id, int spec) { return bmoe_lanes_submit1(L, -1, id, 0, 0, spec); }
+
+void bmoe_lanes_release_hold(lanes_t *L, int id) {
+    pthread_mutex_lock(&L->mu);
+    L->released |= (uint64_t)1 << (id & 63);
+    pthread_cond_broadcast(&L->hold_cv);
+    pthread_mutex_unlock(&L->mu);
+}
+
+void bmoe_lanes_holding(lanes_t *L, int *out) {
+    pthread_mutex_lock(&L->mu);
+    int queued = 0;
+    for (rd *r = L->sh; r; r = r->next) queued++;
+    out[0] = L->holding; out[1] = L->hold_peak; out[2] = queued;
+    pthread_mutex_unlock(&L->mu);
+}
