@@ -28,8 +28,9 @@ physical bytes (O_DIRECT supersets) and read time join the token's read_bytes an
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -250,6 +251,9 @@ class Prefetcher:
     def summary(self) -> dict[str, object]:
         """The generation's totals (since the last call) for the summary line: MiB prefetched, used, wasted
         (evicted unused, plus `prefetch_unused_mib`: resident and not used at the end), reads cancelled."""
+        for f, _ in self._reads:  # still in flight after the last token: settle them (the compiled lanes report a
+            with contextlib.suppress(CancelledError):  # read's --io-trace times when it is collected); not counted,
+                f.exception()  # as with the Python lanes, whose late reads no token harvests either
         g, self._gen = self._gen, PrefetchCounts()
         unused = sum(e.nbytes for e in self.entries.values())
         hit, named = self._agree
