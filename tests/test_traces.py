@@ -328,6 +328,10 @@ def test_prefetch_reads_are_traced_as_speculative_and_settled(model, tmp_path) -
     assert tr.stdout == base.stdout and tr.tokens == base.tokens
     csv = read_metrics(sorted(tmp_path.glob("run-*.csv"))[-1])
     spec = [r for r in read_io_trace(io_p).rows if r.kind == "speculative"]
-    assert spec and all(r.finished_ns >= r.started_ns >= r.issued_ns > 0 and r.lane < LANES for r in spec)
+    bad = [r for r in spec if not (r.finished_ns >= r.started_ns >= r.issued_ns > 0 and r.lane < LANES)]
+    assert spec and not bad, bad[:3]
     assert {r.outcome for r in spec} <= {"used", "wasted", "unknown"} and "used" in {r.outcome for r in spec}
-    assert sum(r.length for r in spec) == sum(int(b) for b in csv.col("prefetch_bytes"))
+    # every speculative read is in a token's prefetch_bytes, or (still in flight after the last token) in the
+    # summary's prefetch_late_bytes
+    late = int(csv.summary()["prefetch_late_bytes"])
+    assert sum(r.length for r in spec) == sum(int(b) for b in csv.col("prefetch_bytes")) + late

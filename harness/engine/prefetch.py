@@ -251,9 +251,13 @@ class Prefetcher:
     def summary(self) -> dict[str, object]:
         """The generation's totals (since the last call) for the summary line: MiB prefetched, used, wasted
         (evicted unused, plus `prefetch_unused_mib`: resident and not used at the end), reads cancelled."""
-        for f, _ in self._reads:  # still in flight after the last token: settle them (the compiled lanes report a
-            with contextlib.suppress(CancelledError):  # read's --io-trace times when it is collected); not counted,
-                f.exception()  # as with the Python lanes, whose late reads no token harvests either
+        late = 0  # reads still in flight after the last token's row: settled here (the compiled lanes report a read's
+        for f, n in self._reads:  # --io-trace times when it is collected) and counted in the generation's totals
+            with contextlib.suppress(CancelledError):
+                if f.exception() is None:
+                    late += n
+        self._reads = []
+        self._gen.prefetch_bytes += late
         g, self._gen = self._gen, PrefetchCounts()
         unused = sum(e.nbytes for e in self.entries.values())
         hit, named = self._agree
@@ -264,6 +268,7 @@ class Prefetcher:
         out.update({"prefetch_mib": round(g.prefetch_bytes / MIB, 3), "prefetch_used_mib": round(g.used_bytes / MIB, 3),
                     "prefetch_wasted_mib": round((g.wasted_bytes + unused) / MIB, 3),
                     "prefetch_unused_mib": round(unused / MIB, 3), "prefetch_cancelled": g.cancelled,
+                    "prefetch_late_bytes": late,
                     "prefetch_used_pct": round(100 * g.used_bytes / g.prefetch_bytes, 3) if g.prefetch_bytes else -1})
         return out
 
