@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,12 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
         L->files[i].fd_direct = fd_direct[i];
         L->files[i].size = size[i];
     }
+    /* the lanes never take a signal: they inherit a mask blocking all, so a SIGINT (Ctrl-C) goes to the
+       interpreter's thread, which may be blocked reading the terminal, and not to a lane that would leave it
+       sleeping there */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 0; i < lanes; i++) {
         lane_arg *a = malloc(sizeof *a);
         a->L = L;
@@ -205,6 +212,7 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
         }
         L->nthreads++;
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return L;
 }
 
