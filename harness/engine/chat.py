@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import signal
 import sys
 from dataclasses import dataclass
@@ -90,6 +91,22 @@ class _Stop:
             os._exit(130)
 
 
+def read_line(console: Console, prompt: str) -> str:
+    """The user's next line. A Ctrl-C that lands after Python's last signal check inside input() and before its
+    read() blocks is only a flag the blocked read never sees (the prompt ignored it until the next Enter; a
+    loaded clean-clone CI run showed it): so wait for a whole line (or Ctrl-D) in short selects, which run the
+    pending handler every 0.1 s, and call input() only when its read cannot block."""
+    console.print(prompt, end="")
+    try:
+        fd = sys.stdin.fileno() if sys.stdin.isatty() else -1
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    # only a terminal: a pipe's later lines may already sit in sys.stdin's buffer, where select cannot see them
+    while fd >= 0 and not select.select([fd], [], [], 0.1)[0]:
+        pass
+    return input()
+
+
 def chat(engine: Engine, console: Console | None = None) -> int:
     console = console or Console()
     conv = Conversation(engine)
@@ -102,7 +119,7 @@ def chat(engine: Engine, console: Console | None = None) -> int:
                   "/reset forgets the conversation; /n N sets the reply length.")
     while True:
         try:
-            line = console.input("[bold green]you>[/] ")
+            line = read_line(console, "[bold green]you>[/] ")
         except EOFError:
             console.print()
             return 0
