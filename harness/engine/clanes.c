@@ -61,7 +61,7 @@ typedef struct {
     int lane;
 } lane_arg;
 
-int bmoe_lanes_version(void) { return 2; }
+int bmoe_lanes_version(void) { return 3; }  /* 3: submit_groups */
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -160,6 +160,10 @@ static void *lane_main(void *p) {
         }
         r->state = RUNNING;
         r->lane = lane;
+        /* chained wake-up: a submit wakes one lane, and each lane that takes a read wakes the next while work
+           is queued, so the submitting (compute) thread pays for one wake-up, not one per lane (each costs it
+           tens of us on a VM, where a wake-up on another CPU is an interrupt between virtual CPUs) */
+        if (L->idle && (L->dh || (L->sh && L->spec_running < L->spec_max))) pthread_cond_signal(&L->work);
         pthread_mutex_unlock(&L->mu);
         do_read(L, r);
         pthread_mutex_lock(&L->mu);
@@ -228,22 +232,6 @@ static void wake(lanes_t *L, int n, int spec) {
     else pthread_cond_broadcast(&L->work);
 }
 
-static grp *enqueue(lanes_t *L, grp *g, int spec) {
-    pthread_mutex_lock(&L->mu);
-    if (L->closed) {
-        pthread_mutex_unlock(&L->mu);
-        free(g);
-        return NULL;
-    }
-    for (int i = 0; i < g->n; i++) {
-        if (spec) push_rd(&L->sh, &L->st, &g->r[i]);
-        else push_rd(&L->dh, &L->dt, &g->r[i]);
-    }
-    wake(L, g->n, spec);
-    pthread_mutex_unlock(&L->mu);
-    return g;
-}
-
 static grp *new_group(int n, int spec) {
     grp *g = calloc(1, sizeof *g + (size_t)n * sizeof(rd));
     if (!g) return NULL;
@@ -259,28 +247,44 @@ static grp *new_group(int n, int spec) {
 
 /* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:
  * closed or no memory) */
-grp *bmoe_lanes_submit(lanes_t *L, int file, int n, const int64_t *reads, int spec) {
-    grp *g = new_group(n, spec);
-    if (!g) return NULL;
-    for (int i = 0; i < n; i++) {
-        rd *r = &g->r[i];
-        r->file = file;
-        r->pos = reads[3 * i];
-        r->len = reads[3 * i + 1];
-        r->addr = (char *)(uintptr_t)reads[3 * i + 2];
+/* `ngroups` groups in one call (a layer's tensors): group j reads counts[j] slices of files[j], its reads
+   (pos, len, addr) in turn in `reads`; one lock and one wake for all. out[j] = group j; 0 after close */
+int bmoe_lanes_submit_groups(lanes_t *L, int ngroups, const int *files, const int *counts, const int64_t *reads,
+                             int spec, grp **out) {
+    int total = 0;
+    for (int j = 0; j < ngroups; j++) {
+        grp *g = out[j] = new_group(counts[j], spec);
+        for (int i = 0; g && i < counts[j]; i++, total++) {
+            rd *r = &g->r[i];
+            r->file = files[j];
+            r->pos = reads[3 * total];
+            r->len = reads[3 * total + 1];
+            r->addr = (char *)(uintptr_t)reads[3 * total + 2];
+        }
+        if (!g) ngroups = j, total = -1;
     }
-    return enqueue(L, g, spec);
+    pthread_mutex_lock(&L->mu);
+    if (L->closed || total < 0) {
+        pthread_mutex_unlock(&L->mu);
+        for (int j = 0; j < ngroups; j++) free(out[j]);
+        return 0;
+    }
+    for (int j = 0; j < ngroups; j++)
+        for (int i = 0; i < out[j]->n; i++) push_rd(spec ? &L->sh : &L->dh, spec ? &L->st : &L->dt, &out[j]->r[i]);
+    wake(L, total > 0 ? 1 : 0, spec);  /* one lane; it wakes the next (lane_main) */
+    pthread_mutex_unlock(&L->mu);
+    return 1;
+}
+
+grp *bmoe_lanes_submit(lanes_t *L, int file, int n, const int64_t *reads, int spec) {
+    grp *g = NULL;
+    return bmoe_lanes_submit_groups(L, 1, &file, &n, reads, spec, &g) ? g : NULL;
 }
 
 /* one read, without arrays */
 grp *bmoe_lanes_submit1(lanes_t *L, int file, int64_t pos, int64_t len, uintptr_t addr, int spec) {
-    grp *g = new_group(1, spec);
-    if (!g) return NULL;
-    g->r[0].file = file;
-    g->r[0].pos = pos;
-    g->r[0].len = len;
-    g->r[0].addr = (char *)addr;
-    return enqueue(L, g, spec);
+    int64_t r[3] = {pos, len, (int64_t)addr};
+    return bmoe_lanes_submit(L, file, 1, r, spec);
 }
 
 int bmoe_lanes_done(lanes_t *L, grp *g) {

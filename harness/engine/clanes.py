@@ -18,9 +18,35 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 
-VERSION = 2
+VERSION = 3  # 3: bmoe_lanes_submit_groups
 _i64, _vp, _int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 ERR_SHORT = -1
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.bmoe_lanes_new.restype = _vp
+    lib.bmoe_lanes_new.argtypes = [_int, _int, _int, _vp, _vp, _vp]
+    lib.bmoe_lanes_submit.restype = _vp
+    lib.bmoe_lanes_submit.argtypes = [_vp, _int, _int, _vp, _int]
+    lib.bmoe_lanes_submit1.restype = _vp
+    lib.bmoe_lanes_submit_groups.restype = _int
+    lib.bmoe_lanes_submit_groups.argtypes = [_vp, _int, _vp, _vp, _vp, _int, _vp]
+    lib.bmoe_lanes_submit1.argtypes = [_vp, _int, _i64, _i64, ctypes.c_size_t, _int]
+    for name in ("done", "promote", "cancel", "direct"):
+        getattr(lib, f"bmoe_lanes_{name}").restype = _int
+    lib.bmoe_lanes_done.argtypes = lib.bmoe_lanes_promote.argtypes = lib.bmoe_lanes_cancel.argtypes = [_vp, _vp]
+    lib.bmoe_lanes_direct.argtypes = [_vp, _int]
+    lib.bmoe_lanes_withdraw.restype = _int
+    lib.bmoe_lanes_withdraw.argtypes = [_vp, _int, _vp]
+    lib.bmoe_lanes_collect.argtypes = [_vp, _vp, _vp]
+    lib.bmoe_lanes_detail.argtypes = [_vp, _int, _vp]
+    lib.bmoe_lanes_release.argtypes = lib.bmoe_lanes_collect.argtypes[:2]
+    lib.bmoe_lanes_close.argtypes = [_vp]
+    lib.bmoe_lanes_submit_hold.restype = _vp
+    lib.bmoe_lanes_submit_hold.argtypes = [_vp, _int, _int]
+    lib.bmoe_lanes_release_hold.argtypes = [_vp, _int]
+    lib.bmoe_lanes_holding.argtypes = [_vp, _vp]
+    return lib
+
+
 _lib: ctypes.CDLL | None | bool = False  # False: not looked for yet
 
 
@@ -36,26 +62,11 @@ def load() -> ctypes.CDLL | None:
         if lib is not None and lib.bmoe_lanes_version() < VERSION:
             lib = None
         if lib is not None:
-            lib.bmoe_lanes_new.restype = _vp
-            lib.bmoe_lanes_new.argtypes = [_int, _int, _int, _vp, _vp, _vp]
-            lib.bmoe_lanes_submit.restype = _vp
-            lib.bmoe_lanes_submit.argtypes = [_vp, _int, _int, _vp, _int]
-            lib.bmoe_lanes_submit1.restype = _vp
-            lib.bmoe_lanes_submit1.argtypes = [_vp, _int, _i64, _i64, ctypes.c_size_t, _int]
-            for name in ("done", "promote", "cancel", "direct"):
-                getattr(lib, f"bmoe_lanes_{name}").restype = _int
-            lib.bmoe_lanes_done.argtypes = lib.bmoe_lanes_promote.argtypes = lib.bmoe_lanes_cancel.argtypes = [_vp, _vp]
-            lib.bmoe_lanes_direct.argtypes = [_vp, _int]
-            lib.bmoe_lanes_withdraw.restype = _int
-            lib.bmoe_lanes_withdraw.argtypes = [_vp, _int, _vp]
-            lib.bmoe_lanes_collect.argtypes = [_vp, _vp, _vp]
-            lib.bmoe_lanes_detail.argtypes = [_vp, _int, _vp]
-            lib.bmoe_lanes_release.argtypes = lib.bmoe_lanes_collect.argtypes[:2]
-            lib.bmoe_lanes_close.argtypes = [_vp]
-            lib.bmoe_lanes_submit_hold.restype = _vp
-            lib.bmoe_lanes_submit_hold.argtypes = [_vp, _int, _int]
-            lib.bmoe_lanes_release_hold.argtypes = [_vp, _int]
-            lib.bmoe_lanes_holding.argtypes = [_vp, _vp]
+            _declare(lib)
+            # the calls that never block (submit, done, promote, cancel, withdraw, detail, release) keep the GIL:
+            # a CDLL call drops it and must win it back, which waits while the dropper thread holds it (measured
+            # with harness.replay.mgmt_profile at the 30B shape: reader.submit_many 54 us wall per call, 30 CPU)
+            lib.quick = _declare(ctypes.PyDLL(found[0]))
         _lib = lib
     return _lib  # type: ignore[return-value]
 
@@ -97,13 +108,13 @@ class LaneRead:
                 if tags is not None and p.on_done is not None:
                     for i, tag in enumerate(tags):
                         if tag is not None:
-                            p.lib.bmoe_lanes_detail(self._g, i, d)
+                            p.q.bmoe_lanes_detail(self._g, i, d)
                             if d[7] != 5:  # not cancelled
                                 p.on_done(tag, d[1], d[2], d[0], d[3])
                 if failed >= 0:
-                    p.lib.bmoe_lanes_detail(self._g, failed, d)
+                    p.q.bmoe_lanes_detail(self._g, failed, d)
                     self._exc = self._error_of(d[4], d[5], d[6])
-            p.lib.bmoe_lanes_release(p.handle, self._g)
+            p.q.bmoe_lanes_release(p.handle, self._g)
             self._g = 0
             if self._exc is None:
                 if cancelled and not done:
@@ -128,7 +139,7 @@ class LaneRead:
 
     def done(self) -> bool:
         with self._lock:
-            return self._settled() or bool(self._pool.lib.bmoe_lanes_done(self._pool.handle, self._g))
+            return self._settled() or bool(self._pool.q.bmoe_lanes_done(self._pool.handle, self._g))
 
     def cancelled(self) -> bool:
         if not self._settled() and self.done():  # cancelled by close, or finished: settle it
@@ -140,9 +151,9 @@ class LaneRead:
             if self._settled():
                 return self._cancelled
             p = self._pool
-            if not p.lib.bmoe_lanes_cancel(p.handle, self._g):
+            if not p.q.bmoe_lanes_cancel(p.handle, self._g):
                 return False
-            p.lib.bmoe_lanes_release(p.handle, self._g)
+            p.q.bmoe_lanes_release(p.handle, self._g)
             self._g = 0
             self._cancelled = True
             return True
@@ -150,13 +161,13 @@ class LaneRead:
     def _promote(self) -> None:
         with self._lock:
             if not self._settled():
-                self._pool.lib.bmoe_lanes_promote(self._pool.handle, self._g)
+                self._pool.q.bmoe_lanes_promote(self._pool.handle, self._g)
 
     def __del__(self) -> None:
         g = self._g
         if g:
             self._g = 0
-            self._pool.lib.bmoe_lanes_release(self._pool.handle, g)
+            self._pool.q.bmoe_lanes_release(self._pool.handle, g)
 
 
 class CLanes:
@@ -168,6 +179,7 @@ class CLanes:
         if lanes < 1 or spec_max < 1:
             raise ValueError("lanes and spec_max must be >= 1")
         self.lib = lib
+        self.q = getattr(lib, "quick", lib)  # the non-blocking calls, GIL held (load())
         n = len(files)
         arr = lambda t, xs: (t * max(1, n))(*xs)  # noqa: E731
         self.handle = lib.bmoe_lanes_new(lanes, spec_max, n, arr(_int, [f[0] for f in files]),
@@ -182,14 +194,25 @@ class CLanes:
                error_of: ErrorOf, speculative: bool = False) -> LaneRead:
         """One group of reads of file `file`: flat = pos, len, addr of each read in turn."""
         n = len(flat) // 3
-        g = self.lib.bmoe_lanes_submit(self.handle, file, n, (_i64 * (3 * n))(*flat), int(speculative))
+        g = self.q.bmoe_lanes_submit(self.handle, file, n, (_i64 * (3 * n))(*flat), int(speculative))
         if not g:
             raise RuntimeError("submit after close")
         return LaneRead(self, g, tags, error_of)
 
+    def submit_groups(self, files: Sequence[int], counts: Sequence[int], flat: Sequence[int],
+                      tags: Sequence[Sequence[int | None] | None], error_of: Sequence[ErrorOf]) -> list[LaneRead]:
+        """Several groups (a layer's tensors) in one call: group j reads counts[j] slices of files[j], its
+        pos, len, addr in turn in `flat`; one lock and one wake for all."""
+        n = len(files)
+        out = (_vp * n)()
+        if not self.q.bmoe_lanes_submit_groups(self.handle, n, (_int * n)(*files), (_int * n)(*counts),
+                                               (_i64 * len(flat))(*flat), 0, out):
+            raise RuntimeError("submit after close")
+        return [LaneRead(self, out[j], tags[j], error_of[j]) for j in range(n)]
+
     def submit1(self, file: int, pos: int, length: int, addr: int, tag: int | None, error_of: ErrorOf,
                 speculative: bool = False) -> LaneRead:
-        g = self.lib.bmoe_lanes_submit1(self.handle, file, pos, length, addr, int(speculative))
+        g = self.q.bmoe_lanes_submit1(self.handle, file, pos, length, addr, int(speculative))
         if not g:
             raise RuntimeError("submit after close")
         return LaneRead(self, g, None if tag is None else (tag,), error_of)
@@ -209,7 +232,7 @@ class CLanes:
         return out[0], out[1], out[2]
 
     def direct(self, file: int) -> bool:
-        return bool(self.lib.bmoe_lanes_direct(self.handle, file))
+        return bool(self.q.bmoe_lanes_direct(self.handle, file))
 
     def promote(self, fut: object) -> None:
         if isinstance(fut, LaneRead):
@@ -226,10 +249,10 @@ class CLanes:
             if any(f._settled() for f in futs):
                 return False
             gs = (_vp * max(1, len(futs)))(*[f._g for f in futs])
-            if not self.lib.bmoe_lanes_withdraw(self.handle, len(futs), gs):
+            if not self.q.bmoe_lanes_withdraw(self.handle, len(futs), gs):
                 return False
             for f in futs:
-                self.lib.bmoe_lanes_release(self.handle, f._g)
+                self.q.bmoe_lanes_release(self.handle, f._g)
                 f._g = 0
                 f._cancelled = True
             return True

@@ -96,6 +96,10 @@ class FaultyReader:
                 plain.append(r)
         return Gather(parts + ([self.inner.submit_many(path, plain)] if plain else []))
 
+    def submit_layer(self, tensors: list[tuple[Path, list[tuple[int, int, int, int | None]]]]) -> list[Gather]:
+        """submit_many for each tensor (its faults as there)."""
+        return [self.submit_many(path, reads) for path, reads in tensors]
+
     def _faulted(self, path: Path, file_pos: int) -> bool:
         s = self._slices.get((path, file_pos))
         if s is None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.engine.hook_bind import BindStage
-from harness.engine.hook_types import Bound, RouteEvent
+from harness.engine.hook_types import Bound, RouteEvent, settle
 from harness.engine.read_group import wait_done
 
 if TYPE_CHECKING:
@@ -101,8 +101,9 @@ class AccountStage(BindStage):
             if f is not None:
                 f.result()
         if res.misses:
-            for b in self.layer_bound.get(il, ()):
-                self.inflight.setdefault(b.addr, []).append(self._submit_many(b, res.misses))
+            bounds = self.layer_bound.get(il)
+            if bounds:
+                self._submit_layer(bounds, res.misses)
         if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
             self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
         else:
@@ -119,12 +120,12 @@ class AccountStage(BindStage):
         return None
 
     def _evict_now(self) -> None:
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())
         if self.prefetch is not None and self.prefetch.planned:  # after the batch's evictions: read what stays
             self._drop(self.prefetch.admit(self.layer_bound, self.pending_drop))
-        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        settle(self.counters, t0, c0)
 
     def _drop(self, evicted: list[tuple[int, int]]) -> None:
         # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from harness.engine.ggml import OFF_DATA, OFF_NAME, tensor_at
 from harness.engine.gguf_layout import ModelLayout
-from harness.engine.hook_types import Bound, HookError, TokenCounters
+from harness.engine.hook_types import Bound, HookError, TokenCounters, settle
 from harness.engine.vm import Reservation, SharedSlot
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class BindStage:
                 f"{name}: an expert matmul with no '{self.layout.row.topk_node}-{et.layer}' routing node before it; "
                 f"'{self.layout.arch}' does not route through llama.cpp's standard MoE builder, so it needs a row "
                 "of its own in the registry")
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         tt = tensor_at(src)
         shape = tuple(int(tt.ne[i]) for i in range(len(et.shape)))
         if shape != et.shape or int(tt.nb[2]) != et.nb2 or int(tt.type) != et.ggml_type:
@@ -78,7 +78,7 @@ class BindStage:
         misses = self.pending.get(et.layer)
         if misses:
             self.inflight[src] = [self._submit_many(b, misses)]
-        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        settle(self.counters, t0, c0)
         return b
 
     def _slot(self, kind: str) -> SharedSlot:
@@ -86,16 +86,25 @@ class BindStage:
             self._slots[kind] = SharedSlot(max(t.nbytes for t in self.layout.experts.values() if t.kind == kind))
         return self._slots[kind]
 
-    def _submit_many(self, b: Bound, experts: list[int]) -> Future:
-        """One call for a tensor's missed slices (reader.submit_many), not one submit per slice."""
+    def _reads(self, b: Bound, experts: list[int]) -> list[tuple[int, int, int, int | None]]:
+        """(file_pos, length, addr, io-trace tag) of each expert's slice of tensor `b`."""
         et, tr = b.et, self._iotrace
         nb2, off, addr_of = et.nb2, et.abs_offset, b.res.addr_of
         if tr is None:
-            reads = [(p, nb2, addr_of(p), None) for p in [off + e * nb2 for e in experts]]
-        else:
-            reads = [(off + e * nb2, nb2, addr_of(off + e * nb2), tr.record(et.layer, e, et.kind, off + e * nb2, nb2))
-                     for e in experts]
-        return self.reader.submit_many(et.path, reads)
+            return [(p, nb2, addr_of(p), None) for p in [off + e * nb2 for e in experts]]
+        return [(off + e * nb2, nb2, addr_of(off + e * nb2), tr.record(et.layer, e, et.kind, off + e * nb2, nb2))
+                for e in experts]
+
+    def _submit_many(self, b: Bound, experts: list[int]) -> Future:
+        """One call for a tensor's missed slices (reader.submit_many), not one submit per slice."""
+        return self.reader.submit_many(b.et.path, self._reads(b, experts))
+
+    def _submit_layer(self, bounds: list[Bound], experts: list[int]) -> None:
+        """_submit_many for each of a layer's bound tensors, in one reader call (reader.submit_layer)."""
+        futs = self.reader.submit_layer([(b.et.path, self._reads(b, experts)) for b in bounds])
+        inflight = self.inflight
+        for b, f in zip(bounds, futs, strict=True):
+            inflight.setdefault(b.addr, []).append(f)
 
     def _wait(self, futs: list[Future], count: bool = True) -> None:
         t0 = time.perf_counter_ns()

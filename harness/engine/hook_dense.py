@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from harness.engine.ggml import GGML_MAX_SRC, OFF_DATA, OFF_SRC0, OFF_VIEW_OFFS, OFF_VIEW_SRC, tensor_at
-from harness.engine.hook_types import TokenCounters
+from harness.engine.hook_types import TokenCounters, settle
 
 if TYPE_CHECKING:
     from harness.engine.dense import AnonDense
@@ -33,7 +33,7 @@ class DenseStage:
     _filter: tuple | None  # the C front (hook_front.load_filter), whose forward_all ends with the scan
 
     def _scan_dense(self, t: int) -> None:
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         seen, d = self._dense_seen, self.dense
         assert d is not None
         for s in _Srcs.from_address(t + OFF_SRC0):
@@ -50,7 +50,7 @@ class DenseStage:
                                  _c_vp.from_address(t + OFF_DATA).value or 0)
             if new:
                 _c_vp.from_address(t + OFF_DATA).value = new
-        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        settle(self.counters, t0, c0)
 
     def _end_dense_scan(self) -> None:
         """The graph is built and reused from here on: stop scanning, free the copies never bound."""

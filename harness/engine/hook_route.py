@@ -26,7 +26,7 @@ import numpy as np
 from harness.engine.ggml import GGML_TYPE_I32, tensor_at
 from harness.engine.hook_account import AccountStage
 from harness.engine.hook_dense import DenseStage
-from harness.engine.hook_types import HookError, Tap
+from harness.engine.hook_types import HookError, Tap, settle
 
 if TYPE_CHECKING:
     from harness.engine.drop import DropReplay
@@ -49,7 +49,7 @@ class RouteStage(AccountStage, DenseStage):
     taps: list[Tap]
 
     def _on_topk(self, t: int) -> None:
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         tt = tensor_at(t)
         name = tt.name.decode()
         il = int(name[len(self.topk_prefix):])
@@ -74,8 +74,15 @@ class RouteStage(AccountStage, DenseStage):
                 self._end_dense_scan()
         n_exp = self.layout.n_expert
         ids = view = None
-        if n_tok == 1 and self.replay is None and not self._want_weights and ahead is None:
-            flat_ids = list((ctypes.c_int32 * k).from_address(tt.data))  # decode fast path: no numpy
+        if n_tok == 1 and not self._want_weights and ahead is None and (self.replay is None or self.phase == 1):
+            row = (ctypes.c_int32 * k).from_address(tt.data)  # decode fast path: no numpy
+            if self.replay is not None:
+                forced = self.replay.decode_row(il, self.decode_index)
+                if forced is not None:
+                    if len(forced) != k:
+                        raise HookError(f"{name}: the route trace has {len(forced)} ids, the graph selects {k}")
+                    row[:] = forced  # before anything reads them: weights and matmuls follow the trace
+            flat_ids = list(row)
             lo, hi = min(flat_ids), max(flat_ids)
         else:
             stride = nb1 // 4
@@ -100,16 +107,16 @@ class RouteStage(AccountStage, DenseStage):
         if st is not None:
             assert ids is not None and view is not None
             if st.on_topk(il, self.phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
-                self.counters.mgmt_ns += time.perf_counter_ns() - t0
+                settle(self.counters, t0, c0)
                 return
         if self.cache is None or il in self._early:  # resident, or accounted and read at commit time
             self._early.discard(il)
-            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            settle(self.counters, t0, c0)
             return
         ev = self._account(il, flat_ids, ids)
         if st is not None and st.pending is not None:
             st.pending.event = ev
-        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        settle(self.counters, t0, c0)
 
     @property
     def drop_totals(self) -> list[int]:
@@ -119,7 +126,7 @@ class RouteStage(AccountStage, DenseStage):
     def _finish_weights(self) -> None:
         """At the layer's first expert-matmul ask: the router weights are computed. Read them (route traces),
         apply the drops (harness.engine.drop_stage), then account the kept experts."""
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         st = self.stage
         assert st is not None and st.pending is not None
         if st.pending.drops and self.drop_replay is None and self._evict_due:
@@ -135,4 +142,4 @@ class RouteStage(AccountStage, DenseStage):
             ev = self._account(f.layer, f.ids.reshape(-1)[~f.drop.reshape(-1)].tolist(), f.ids)
             if ev is not None:
                 ev.weights, ev.dropped = f.weights, f.drop
-        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        settle(self.counters, t0, c0)

@@ -17,7 +17,7 @@ import numpy as np
 
 from harness.engine.ggml import GGML_MAX_SRC, GGML_TYPE_F32, OFF_NAME, OFF_SRC0, tensor_at
 from harness.engine.gguf_layout import ModelLayout
-from harness.engine.hook_types import HookError, Tap, TokenCounters
+from harness.engine.hook_types import HookError, Tap, TokenCounters, settle
 
 _c_vp = ctypes.c_void_p
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
@@ -35,7 +35,7 @@ class TapStage:
 
     def _run_taps(self, t: int) -> None:
         """The layer's first expert-matmul ask: hand its MoE input (src[1]) to every tap."""
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         il, self._tap_due = self._tap_due, None
         assert il is not None
         src0 = _c_vp.from_address(t + OFF_SRC0).value
@@ -45,7 +45,7 @@ class TapStage:
         x = tensor_at(_Srcs.from_address(t + OFF_SRC0)[1])
         if int(x.type) != GGML_TYPE_F32 or int(x.ne[1]) != 1 or int(x.nb[0]) != 4:
             self.tap_skipped.add(il)  # e.g. llama4 multiplies the router weights in first: not the MoE input
-            self.counters.mgmt_ns += time.perf_counter_ns() - t0
+            settle(self.counters, t0, c0)
             return
         n_embd, n_tok, nb2 = int(x.ne[0]), int(x.ne[2]) * int(x.ne[3]), int(x.nb[2])
         buf = (ctypes.c_float * ((n_tok - 1) * (nb2 // 4) + n_embd)).from_address(x.data)
@@ -53,4 +53,4 @@ class TapStage:
                                                  strides=(nb2, 4)).copy()
         for tap in self.taps:
             tap(il, self.phase, self.decode_index, hidden)
-        self.counters.mgmt_ns += time.perf_counter_ns() - t0
+        settle(self.counters, t0, c0)

@@ -3,6 +3,7 @@ routing decision, the hook's error, and the tap signature."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ class Bound:
 class TokenCounters:
     stall_ns: int = 0
     mgmt_ns: int = 0
+    mgmt_cpu_ns: int = 0  # the compute thread's own CPU time in the same sections (mgmt_ns is wall)
     io_ns: int = 0
     read_bytes: int = 0
     lookups: int = 0
@@ -44,6 +46,12 @@ class RouteEvent:
     residency: dict[int, int] = field(default_factory=dict)  # expert -> 0 miss / 1 hit
     weights: np.ndarray | None = None  # [n_tokens, k] the router's weights, before any drop
     dropped: np.ndarray | None = None  # [n_tokens, k] bool
+
+
+def settle(c: TokenCounters, t0: int, c0: int) -> None:
+    """Count a management section that began at perf_counter_ns() t0 and thread_time_ns() c0."""
+    c.mgmt_ns += time.perf_counter_ns() - t0
+    c.mgmt_cpu_ns += time.thread_time_ns() - c0
 
 
 class HookError(RuntimeError):

@@ -213,6 +213,17 @@ class SliceReader:
             return self._c.submit(self._file_no[path], flat, tags, self._error_of[path])  # type: ignore[return-value]
         return Gather([self.pool.submit(self._read_run, path, run) for run in chunks(reads, self.lanes)])  # type: ignore
 
+    def submit_layer(self, tensors: list[tuple[Path, list[tuple[int, int, int, int | None]]]]) -> list[Future]:
+        """submit_many for each (path, reads) of a layer's tensors: on the compiled lanes one call for all (one
+        lock, one wake: a layer's 3 tensors were 3 calls), one Future per tensor either way."""
+        if self._c is None or len(tensors) < 2:
+            return [self.submit_many(path, reads) for path, reads in tensors]
+        traced = self.recorder is not None
+        flat = [x for _, reads in tensors for r in reads for x in r[:3]]
+        return self._c.submit_groups([self._file_no[p] for p, _ in tensors], [len(r) for _, r in tensors], flat,
+                                     [[r[3] for r in reads] if traced else None for _, reads in tensors],
+                                     [self._error_of[p] for p, _ in tensors])  # type: ignore[return-value]
+
     def _read_run(self, path: Path, run: list[tuple[int, int, int, int | None]]) -> tuple[int, int]:
         got = ns = 0
         for pos, length, addr, tag in run:

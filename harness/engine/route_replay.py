@@ -41,6 +41,12 @@ class RouteReplay:
             layer: [np.asarray(g[:k], dtype=np.int32) for g in groups] for layer, groups in decode.items()}
         if not self.decode:
             raise UserError(f"route trace {path}: no decode tokens to replay")
+        self._rows: dict[int, list[list[int]]] = {layer: [g.tolist() for g in gs] for layer, gs in self.decode.items()}
+
+    def decode_row(self, layer: int, decode_index: int) -> list[int] | None:
+        """The ids of one decode token (the hook's one-token fast path; the row `ids` tiles), or None."""
+        rows = self._rows.get(layer)
+        return rows[decode_index % len(rows)] if rows else None
 
     def ids(self, layer: int, phase: int, n_tok: int, decode_index: int) -> np.ndarray | None:
         """The ids to use for this layer batch, shape (n_tok, k); None if the trace has no such layer."""

@@ -65,6 +65,7 @@ class TokenRow:
     # were kept; 0 on the kept guesses' own rows; -1 without guess-ahead
     draft_proposed: int = UNMEASURED
     draft_accepted: int = UNMEASURED
+    mgmt_cpu_ms: float = UNMEASURED  # the compute thread's own CPU time inside mgmt_ms (mgmt_ms is wall time)
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]
