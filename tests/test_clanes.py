@@ -15,7 +15,7 @@ from harness.engine import clanes
 from harness.engine.read_group import Gather, chunks, wait_done
 from harness.engine.reader import SliceReader
 from harness.engine.vm import PAGE, Reservation
-from tests.lane_helpers import impl_fixture  # noqa: F401 - the `impl` fixture
+from tests.lane_helpers import Hold, impl_fixture  # noqa: F401 - the `impl` fixture
 
 SIZE = 3 * 1024 * 1024 + 1234  # not a whole number of pages: the last O_DIRECT read is short of its superset
 
@@ -36,13 +36,16 @@ def _slices(seed: int, n: int = 60) -> list[tuple[int, int]]:
     return out
 
 
-def _read_all(path, odirect: bool, batched: bool, lanes: int = 3) -> tuple[bytes, int, SliceReader]:
+def _read_all(path, odirect: bool, batched: bool | str, lanes: int = 3) -> tuple[bytes, int, SliceReader]:
     """Every slice of _slices into one reservation laid out as the file (addresses congruent to offsets)."""
     res = Reservation(SIZE, 0)
     r = SliceReader([path], lanes, odirect=odirect)
     try:
         sl = _slices(1)
-        if batched:
+        if batched == "layer":  # groups of 5 slices, several groups per call (a layer's tensors)
+            groups = [(path, [(p, n, res.addr_of(p), None) for p, n in run]) for run in chunks(sl, 5)]
+            futs = [f for part in chunks(groups, 3) for f in r.submit_layer(part)]
+        elif batched:
             futs = [r.submit_many(path, [(p, n, res.addr_of(p), None) for p, n in run]) for run in chunks(sl, 5)]
         else:
             futs = [r.submit(path, p, n, res.addr_of(p)) for p, n in sl]
@@ -56,7 +59,7 @@ def _read_all(path, odirect: bool, batched: bool, lanes: int = 3) -> tuple[bytes
 
 
 @pytest.mark.parametrize("odirect", [False, True], ids=["buffered", "odirect"])
-@pytest.mark.parametrize("batched", [False, True], ids=["submit", "submit_many"])
+@pytest.mark.parametrize("batched", [False, True, "layer"], ids=["submit", "submit_many", "submit_layer"])
 def test_the_bytes_that_land_are_the_files_on_both_implementations(blob, impl, odirect, batched):
     data, got, r = _read_all(blob, odirect, batched)
     want = bytearray(SIZE)
@@ -69,6 +72,25 @@ def test_the_bytes_that_land_are_the_files_on_both_implementations(blob, impl, o
         assert got >= sum(n for _, n in _slices(1))  # O_DIRECT reads whole pages around each slice
     else:
         assert got == sum(n for _, n in _slices(1))
+
+
+def test_one_call_of_several_groups_wakes_every_lane_in_turn(blob, monkeypatch):
+    """submit_groups wakes one lane and each lane that takes a job wakes the next: four one-job groups in one
+    call occupy all four lanes at once (with one wake-up and no chaining only one lane would ever run)."""
+    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    if clanes.load() is None:
+        pytest.fail("the compiled read lanes (_clanes*.so) are not built")
+    r = SliceReader([blob], 4, odirect=False)
+    try:
+        c = r._c
+        gs = c.submit_groups([-1] * 4, [1] * 4, [x for i in range(4) for x in (i, 0, 0)], [None] * 4,
+                             [lambda *a: RuntimeError("hold failed")] * 4)  # file -1: a job that holds its lane
+        Hold(r).wait_holding(4)
+        for i in range(4):
+            c.release_hold(i)
+        assert [g.result()[0] for g in gs] == [0, 0, 0, 0]
+    finally:
+        r.close()
 
 
 def test_both_implementations_give_identical_bytes_and_counts(blob, monkeypatch):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from engine_helpers import bmoe
 
+from harness.formats.metrics_csv import read_metrics
 from harness.formats.route_trace import DECODE, read_route_trace
 from harness.synth import ModelSpec, make_model
 
@@ -101,6 +102,9 @@ def test_small_cache_with_evictions_matches(models, resident, tmp_path):
     r = _stream(models, tmp_path, "q4_k", "--cache-mb", "1")
     assert r.summary["evictions"] > 0, "the cache was meant to evict"
     assert r.tokens == resident("q4_k")
+    rows = read_metrics(r.csv).rows  # the compute thread's CPU inside cache management: measured, within its wall
+    cpu, wall = rows.mgmt_cpu_ms, rows.mgmt_ms
+    assert (cpu > 0).all() and (cpu <= wall + 0.1).all(), rows[["mgmt_ms", "mgmt_cpu_ms"]]
 
 
 def test_every_expert_cached_matches(models, resident, tmp_path):
