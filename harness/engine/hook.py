@@ -22,12 +22,13 @@ own module (hook_bind <- hook_account <- hook_route; hook_dense, hook_taps), cal
 from __future__ import annotations
 
 import ctypes
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from harness.engine.cache import ExpertCache
 from harness.engine.drop_stage import PREFIX as WEIGHTS_PREFIX
 from harness.engine.drop_stage import WeightsStage, is_final_weights
+from harness.engine.dropper import DropBatch, Dropper
 from harness.engine.ggml import (
     GGML_OP_GET_ROWS,
     GGML_OP_MUL_MAT_ID,
@@ -38,6 +39,7 @@ from harness.engine.ggml import (
     OFF_SRC0,
 )
 from harness.engine.gguf_layout import ModelLayout
+from harness.engine.hook_account import drop_all
 from harness.engine.hook_front import FILTER_VERSION, FILTER_VERSION_WEIGHTS, GET_ROWS_VERSION, STALE, load_filter
 from harness.engine.hook_route import RouteStage
 from harness.engine.hook_taps import TapStage
@@ -82,9 +84,9 @@ class StreamHook(RouteStage, TapStage):
         self.last_addr: dict[int, int] = {}  # layer -> address of its last expert matmul's tensor (down)
         self.pending: dict[int, list[int]] = {}  # layer -> misses not yet read for unbound tensors
         self.inflight: dict[int, list[Future]] = {}
-        self.dropper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bmoe-evict")
-        self.pending_drop: dict[tuple[int, int], Future] = {}
-        self._recent_drops: list[Future] = []
+        self.dropper = Dropper(drop_all)  # evicted slices' pages, released off the compute thread
+        self.pending_drop: dict[tuple[int, int], DropBatch] = {}
+        self._recent_drops: list[DropBatch] = []
         self.error: BaseException | None = None
         self.counters = TokenCounters()
         self.k_effective: int | None = None
@@ -212,6 +214,7 @@ class StreamHook(RouteStage, TapStage):
             c.io_ns += p.io_ns
             c.prefetch_bytes, c.prefetch_used_bytes, c.prefetch_wasted_bytes = (p.prefetch_bytes, p.used_bytes,
                                                                                 p.wasted_bytes)
+        self.dropper.flush()  # the token's last evictions go now, not with the next token's
         c, self.counters = self.counters, TokenCounters()
         drops, self._recent_drops = self._recent_drops, []
         for f in drops:  # an eviction that failed must not pass silently
@@ -220,7 +223,7 @@ class StreamHook(RouteStage, TapStage):
         return c
 
     def close(self) -> None:
-        self.dropper.shutdown(wait=True)
+        self.dropper.close()
 
     def raise_if_failed(self) -> None:
         if self.error is not None:

@@ -18,11 +18,12 @@ A stage of `StreamHook` (harness.engine.hook), which holds the state; this class
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from harness.engine.dropper import DropBatch, Dropper
 from harness.engine.hook_bind import BindStage
 from harness.engine.hook_types import Bound, RouteEvent, settle
 from harness.engine.read_group import wait_done
@@ -40,7 +41,7 @@ def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None =
         b.res.drop(pos, pos + b.et.nb2)
 
 
-def _drop_all(work: list[tuple[tuple[int, int], tuple[Bound, ...], list[Future] | None]]) -> None:
+def drop_all(work: list[tuple[tuple[int, int], tuple[Bound, ...], list[Future] | None]]) -> None:
     for key, bounds, after in work:
         _drop_slices(key[1], bounds, after)
 
@@ -55,9 +56,9 @@ class AccountStage(BindStage):
     _held: dict[int, set[tuple[int, int]]] | None  # layer -> its batch, accounted, not computed
     _deferred: dict[int, list[tuple[int, int]]]  # layer -> entries evicted while it was held
     _early: set[int]  # layers accounted (and read) at commit time, before their routing node
-    dropper: ThreadPoolExecutor
-    pending_drop: dict[tuple[int, int], Future]
-    _recent_drops: list[Future]
+    dropper: Dropper
+    pending_drop: dict[tuple[int, int], DropBatch]
+    _recent_drops: list[DropBatch]
     spec_wait: dict[int, list[Future]]  # tensor address -> prefetch reads its next matmul needs
     record_routes: bool
     routes: list[RouteEvent]
@@ -99,7 +100,7 @@ class AccountStage(BindStage):
         for e in res.misses:
             f = self.pending_drop.pop((il, e), None)
             if f is not None:
-                f.result()
+                self.dropper.wait(f)
         if res.misses:
             bounds = self.layer_bound.get(il)
             if bounds:
@@ -142,7 +143,8 @@ class AccountStage(BindStage):
             if bounds:
                 work.append((key, bounds, after))
         if work:
-            f = self.dropper.submit(_drop_all, work)
+            f = self.dropper.add(work)
             for key, _, _ in work:
                 self.pending_drop[key] = f
-            self._recent_drops.append(f)
+            if not self._recent_drops or self._recent_drops[-1] is not f:
+                self._recent_drops.append(f)

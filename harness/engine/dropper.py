@@ -1,0 +1,88 @@
+"""The eviction dropper: evicted slices' pages are released on one thread, off the compute thread, handed over in
+batches of a few layers' evictions (`every`, and at each token's end): one wake-up of the dropper thread per batch,
+not per layer (waking a sleeping thread cost the compute thread tens of us per call on this VM, where it is an
+interrupt between virtual CPUs: ThreadPoolExecutor.submit was ~12% of the hook's own CPU time at the 30B shape,
+py-spy). A batch still open holds at most `every` layers' evicted pages a little longer; a key waiting in one is
+waited for (`wait`, which hands the batch over first) before its slices are read again.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class DropBatch:
+    """Some layers' evictions: `done()` once their pages are released; `result()` waits and raises the failure."""
+
+    __slots__ = ("work", "_done", "_exc")
+
+    def __init__(self) -> None:
+        self.work: list[Any] = []
+        self._done = threading.Event()
+        self._exc: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def exception(self) -> BaseException | None:
+        """The failure of a finished batch (call after done())."""
+        return self._exc
+
+    def result(self) -> None:
+        self._done.wait()
+        if self._exc is not None:
+            raise self._exc
+
+
+class Dropper:
+    """One thread running `run(work items)` for each handed-over batch, in order."""
+
+    def __init__(self, run: Callable[[list[Any]], None], every: int = 4):
+        self._run = run
+        self.every = every
+        self._q: queue.SimpleQueue[DropBatch | None] = queue.SimpleQueue()
+        self._open: DropBatch | None = None
+        self._layers = 0
+        self._t = threading.Thread(target=self._main, name="bmoe-evict", daemon=True)
+        self._t.start()
+
+    def add(self, work: list[Any]) -> DropBatch:
+        """One layer's evictions, into the open batch (handed over every `every` calls)."""
+        b = self._open
+        if b is None:
+            b = self._open = DropBatch()
+        b.work.extend(work)
+        self._layers += 1
+        if self._layers >= self.every:
+            self.flush()
+        return b
+
+    def flush(self) -> None:
+        """Hand the open batch over now."""
+        b = self._open
+        if b is not None:
+            self._open, self._layers = None, 0
+            self._q.put(b)
+
+    def wait(self, b: DropBatch) -> None:
+        """Until `b`'s pages are released (handing it over first if it is still open); raises its failure."""
+        if b is self._open:
+            self.flush()
+        b.result()
+
+    def close(self) -> None:
+        self.flush()
+        self._q.put(None)
+        self._t.join()
+
+    def _main(self) -> None:
+        while (b := self._q.get()) is not None:
+            try:
+                self._run(b.work)
+            except BaseException as e:  # noqa: BLE001 - reported by whoever waits on the batch
+                b._exc = e
+            finally:
+                b._done.set()
