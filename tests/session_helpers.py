@@ -75,3 +75,19 @@ def chat_turns(model: Path | str, users: list[str], *flags: str, n: int = 12) ->
     finally:
         assert s.close() == 0
     return out
+
+
+def assert_session_drafts_like_plain(model: Path | str, *flags: str) -> None:
+    """A session drafting ahead with `flags` (--ngram / --mtp) gives plain greedy's tokens over two chat turns,
+    keeps some drafts, and refuses a sampled request in one line without ending (drafts are greedy only)."""
+    users = ["1 2 3 1 2 3 1 2 3 1 2 3", "3 2 1 3 2 1 3 2 1"]
+    drafted = chat_turns(model, users, *flags, "--moe-stream", "--cache-mb", "1", n=24)
+    plain = chat_turns(model, users, n=24)
+    assert [d["token_ids"] for d in drafted] == [d["token_ids"] for d in plain]
+    assert sum(d["summary"]["draft_accepted"] for d in drafted) > 0
+    s = SessionProc(model, *flags)
+    s.send({"cmd": "generate", "messages": [{"role": "user", "content": "hi"}], "n_predict": 4, "temp": 0.9})
+    _, err = s.until("error", "done")
+    assert err["event"] == "error" and not err["fatal"] and "greedy only" in err["msg"]
+    assert s.generate([{"role": "user", "content": "hi"}], n_predict=4)["finish"] in ("length", "stop")
+    assert s.close() == 0

@@ -34,6 +34,19 @@ def test_batches_go_every_n_layers_in_order_and_wait_hands_an_open_one_over():
         d.close()
 
 
+def test_a_batch_over_max_bytes_goes_at_once():
+    ran: list[list[int]] = []
+    d = Dropper(lambda work: ran.append(list(work)), every=4, max_bytes=100)
+    try:
+        small = d.add([1], 40)
+        big = d.add([2], 60)  # 100 bytes held: handed over now, not after two more layers
+        assert big is small
+        big.result()
+        assert ran == [[1, 2]]
+    finally:
+        d.close()
+
+
 def test_a_failure_is_raised_where_its_batch_is_waited_for():
     def run(work: list[int]) -> None:
         raise OSError(12, "madvise failed")

@@ -103,8 +103,9 @@ def test_small_cache_with_evictions_matches(models, resident, tmp_path):
     assert r.summary["evictions"] > 0, "the cache was meant to evict"
     assert r.tokens == resident("q4_k")
     rows = read_metrics(r.csv).rows  # the compute thread's CPU inside cache management: measured, within its wall
-    cpu, wall = rows.mgmt_cpu_ms, rows.mgmt_ms
+    cpu, wall, hidden = rows.mgmt_cpu_ms, rows.mgmt_ms, rows.mgmt_hidden_ms
     assert (cpu > 0).all() and (cpu <= wall + 0.1).all(), rows[["mgmt_ms", "mgmt_cpu_ms"]]
+    assert ((hidden >= 0) & (hidden <= wall)).all(), rows[["mgmt_ms", "mgmt_hidden_ms"]]
 
 
 def test_every_expert_cached_matches(models, resident, tmp_path):
@@ -112,6 +113,9 @@ def test_every_expert_cached_matches(models, resident, tmp_path):
     assert r.summary["evictions"] == 0
     assert r.summary["hit_pct"] > 50
     assert r.tokens == resident("q4_k")
+    rows = read_metrics(r.csv).rows
+    quiet = rows[rows.read_bytes == 0]  # a token that read nothing waited for no read: none of its mgmt was hidden
+    assert len(quiet) > 0 and (quiet.mgmt_hidden_ms == 0).all(), rows[["read_bytes", "mgmt_hidden_ms"]]
 
 
 def test_preloaded_cache_matches(models, resident, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import bmoe
-from session_helpers import SessionProc, chat_turns
+from session_helpers import assert_session_drafts_like_plain
 
 from harness.engine.config import parse_cli
 from harness.engine.guess import ngram_guess, split_int
@@ -165,18 +165,7 @@ def test_one_wrong_expert_still_diverges_with_ngram(models, tmp_path):
 
 @pytest.mark.engine
 def test_session_guesses_ahead_and_refuses_a_sampled_request(models):
-    users = ["1 2 3 1 2 3 1 2 3 1 2 3", "3 2 1 3 2 1 3 2 1"]
-    flags = ("--ngram", "--draft", "4", "--ngram-size", "1")
-    guessed = chat_turns(models["q4_k"], users, *flags, "--moe-stream", "--cache-mb", "1", n=24)
-    plain = chat_turns(models["q4_k"], users, n=24)
-    assert [d["token_ids"] for d in guessed] == [d["token_ids"] for d in plain]
-    assert sum(d["summary"]["draft_accepted"] for d in guessed) > 0
-    s = SessionProc(models["q4_k"], *flags)
-    s.send({"cmd": "generate", "messages": [{"role": "user", "content": "hi"}], "n_predict": 4, "temp": 0.9})
-    _, err = s.until("error", "done")
-    assert err["event"] == "error" and not err["fatal"] and "greedy only" in err["msg"]
-    assert s.generate([{"role": "user", "content": "hi"}], n_predict=4)["finish"] in ("length", "stop")
-    assert s.close() == 0
+    assert_session_drafts_like_plain(models["q4_k"], "--ngram", "--draft", "4", "--ngram-size", "1")
 
 
 @pytest.mark.engine

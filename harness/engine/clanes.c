@@ -245,8 +245,6 @@ static grp *new_group(int n, int spec) {
     return g;
 }
 
-/* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:
- * closed or no memory) */
 /* `ngroups` groups in one call (a layer's tensors): group j reads counts[j] slices of files[j], its reads
    (pos, len, addr) in turn in `reads`; one lock and one wake for all. out[j] = group j; 0 after close */
 int bmoe_lanes_submit_groups(lanes_t *L, int ngroups, const int *files, const int *counts, const int64_t *reads,
@@ -276,6 +274,8 @@ int bmoe_lanes_submit_groups(lanes_t *L, int ngroups, const int *files, const in
     return 1;
 }
 
+/* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:
+ * closed or no memory) */
 grp *bmoe_lanes_submit(lanes_t *L, int file, int n, const int64_t *reads, int spec) {
     grp *g = NULL;
     return bmoe_lanes_submit_groups(L, 1, &file, &n, reads, spec, &g) ? g : NULL;

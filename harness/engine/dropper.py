@@ -1,8 +1,11 @@
 """The eviction dropper: evicted slices' pages are released on one thread, off the compute thread, handed over in
-batches of a few layers' evictions (`every`, and at each token's end): one wake-up of the dropper thread per batch,
+batches of a few layers' evictions (`every` layers, or sooner once a batch holds `max_bytes`: a prompt's layer
+evicts hundreds of MiB at once, which must not wait for three more layers; and at each token's end): one wake-up
+of the dropper thread per batch,
 not per layer (waking a sleeping thread cost the compute thread tens of us per call on this VM, where it is an
 interrupt between virtual CPUs: ThreadPoolExecutor.submit was ~12% of the hook's own CPU time at the 30B shape,
-py-spy). A batch still open holds at most `every` layers' evicted pages a little longer; a key waiting in one is
+py-spy). A batch still open holds at most `every` layers' evicted pages (under `max_bytes` and a layer) a little
+longer; a key waiting in one is
 waited for (`wait`, which hands the batch over first) before its slices are read again.
 """
 
@@ -40,23 +43,26 @@ class DropBatch:
 class Dropper:
     """One thread running `run(work items)` for each handed-over batch, in order."""
 
-    def __init__(self, run: Callable[[list[Any]], None], every: int = 4):
+    def __init__(self, run: Callable[[list[Any]], None], every: int = 4, max_bytes: int = 64 << 20):
         self._run = run
-        self.every = every
+        self.every, self.max_bytes = every, max_bytes
+        self._bytes = 0
         self._q: queue.SimpleQueue[DropBatch | None] = queue.SimpleQueue()
         self._open: DropBatch | None = None
         self._layers = 0
         self._t = threading.Thread(target=self._main, name="bmoe-evict", daemon=True)
         self._t.start()
 
-    def add(self, work: list[Any]) -> DropBatch:
-        """One layer's evictions, into the open batch (handed over every `every` calls)."""
+    def add(self, work: list[Any], nbytes: int = 0) -> DropBatch:
+        """One layer's evictions (`nbytes` of pages), into the open batch: handed over every `every` calls, or
+        once it holds `max_bytes`."""
         b = self._open
         if b is None:
             b = self._open = DropBatch()
         b.work.extend(work)
         self._layers += 1
-        if self._layers >= self.every:
+        self._bytes += nbytes
+        if self._layers >= self.every or self._bytes >= self.max_bytes:
             self.flush()
         return b
 
@@ -64,7 +70,7 @@ class Dropper:
         """Hand the open batch over now."""
         b = self._open
         if b is not None:
-            self._open, self._layers = None, 0
+            self._open, self._layers, self._bytes = None, 0, 0
             self._q.put(b)
 
     def wait(self, b: DropBatch) -> None:

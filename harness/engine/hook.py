@@ -100,6 +100,8 @@ class StreamHook(RouteStage, TapStage):
         self._routed: set[int] = set()  # layers whose routing node has been seen (it precedes their matmuls)
         self._preloaded: set[int] = set()
         self._evict_due = False  # the last batch's evictions are still to be decided
+        self._hideable_ns = 0  # mgmt time beside in-flight demand reads, hidden if the next wait is a real one
+        self._t_submitted = 0  # when _on_topk's batch reads were submitted (0: none in this section)
         self._last_kind = layout.row.expert_tensors[-1]  # the row lists them in graph order: down last
         self.dense = dense  # --dense-weights anon: rebind dense weights on first sight
         self._dense_scan = dense is not None

@@ -122,11 +122,14 @@ class AccountStage(BindStage):
 
     def _evict_now(self) -> None:
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        beside = bool(self.inflight)  # demand reads in flight: this runs beside them
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())
         if self.prefetch is not None and self.prefetch.planned:  # after the batch's evictions: read what stays
             self._drop(self.prefetch.admit(self.layer_bound, self.pending_drop))
-        settle(self.counters, t0, c0)
+        t1 = settle(self.counters, t0, c0)
+        if beside:
+            self._hideable_ns += t1 - t0
 
     def _drop(self, evicted: list[tuple[int, int]]) -> None:
         # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);
@@ -143,7 +146,7 @@ class AccountStage(BindStage):
             if bounds:
                 work.append((key, bounds, after))
         if work:
-            f = self.dropper.add(work)
+            f = self.dropper.add(work, sum(b.et.nb2 for _, bounds, _ in work for b in bounds))
             for key, _, _ in work:
                 self.pending_drop[key] = f
             if not self._recent_drops or self._recent_drops[-1] is not f:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from harness.engine.ggml import OFF_DATA, OFF_NAME, tensor_at
 from harness.engine.gguf_layout import ModelLayout
-from harness.engine.hook_types import Bound, HookError, TokenCounters, settle
+from harness.engine.hook_types import HIDDEN_WAIT_NS, Bound, HookError, TokenCounters, settle
 from harness.engine.vm import Reservation, SharedSlot
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class BindStage:
     last_addr: dict[int, int]  # layer -> address of its last expert matmul's tensor (down)
     pending: dict[int, list[int]]  # layer -> misses not yet read for unbound tensors
     inflight: dict[int, list[Future]]
+    _hideable_ns: int  # mgmt time beside in-flight demand reads (hook.py)
+    _t_submitted: int
     _slots: dict[str, SharedSlot]
     _routed: set[int]
     _last_kind: str
@@ -102,6 +104,7 @@ class BindStage:
     def _submit_layer(self, bounds: list[Bound], experts: list[int]) -> None:
         """_submit_many for each of a layer's bound tensors, in one reader call (reader.submit_layer)."""
         futs = self.reader.submit_layer([(b.et.path, self._reads(b, experts)) for b in bounds])
+        self._t_submitted = time.perf_counter_ns()  # the rest of this mgmt section runs beside these reads
         inflight = self.inflight
         for b, f in zip(bounds, futs, strict=True):
             inflight.setdefault(b.addr, []).append(f)
@@ -116,5 +119,9 @@ class BindStage:
                 c.io_ns += ns
         t1 = time.perf_counter_ns()
         c.stall_ns += t1 - t0
+        if count:  # the management done while these reads ran was hidden if the thread still had to wait
+            if t1 - t0 > HIDDEN_WAIT_NS:
+                c.mgmt_hidden_ns += self._hideable_ns
+            self._hideable_ns = 0
         if self._ctrace is not None:
             self._ctrace.wait(t0, t1)

@@ -113,10 +113,14 @@ class RouteStage(AccountStage, DenseStage):
             self._early.discard(il)
             settle(self.counters, t0, c0)
             return
+        self._t_submitted = 0
         ev = self._account(il, flat_ids, ids)
         if st is not None and st.pending is not None:
             st.pending.event = ev
-        settle(self.counters, t0, c0)
+        t1 = settle(self.counters, t0, c0)
+        if self._t_submitted:  # after the batch's reads were submitted: beside them
+            self._hideable_ns += t1 - self._t_submitted
+            self._t_submitted = 0
 
     @property
     def drop_totals(self) -> list[int]:

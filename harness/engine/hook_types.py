@@ -29,6 +29,8 @@ class TokenCounters:
     stall_ns: int = 0
     mgmt_ns: int = 0
     mgmt_cpu_ns: int = 0  # the compute thread's own CPU time in the same sections (mgmt_ns is wall)
+    mgmt_hidden_ns: int = 0  # of mgmt_ns, the time spent while demand reads were in flight that the token then
+    # waited for (still running when the section ended): off the token's critical path
     io_ns: int = 0
     read_bytes: int = 0
     lookups: int = 0
@@ -48,10 +50,15 @@ class RouteEvent:
     dropped: np.ndarray | None = None  # [n_tokens, k] bool
 
 
-def settle(c: TokenCounters, t0: int, c0: int) -> None:
-    """Count a management section that began at perf_counter_ns() t0 and thread_time_ns() c0."""
-    c.mgmt_ns += time.perf_counter_ns() - t0
+def settle(c: TokenCounters, t0: int, c0: int) -> int:
+    """Count a management section that began at perf_counter_ns() t0 and thread_time_ns() c0; its end (ns)."""
+    t1 = time.perf_counter_ns()
+    c.mgmt_ns += t1 - t0
     c.mgmt_cpu_ns += time.thread_time_ns() - c0
+    return t1
+
+
+HIDDEN_WAIT_NS = 50_000  # a wait this long means the reads were still running: the mgmt before it was hidden
 
 
 class HookError(RuntimeError):

@@ -66,6 +66,9 @@ class TokenRow:
     draft_proposed: int = UNMEASURED
     draft_accepted: int = UNMEASURED
     mgmt_cpu_ms: float = UNMEASURED  # the compute thread's own CPU time inside mgmt_ms (mgmt_ms is wall time)
+    # of mgmt_ms, the time spent while demand reads were in flight that the token then waited for (a wait over
+    # 50 us right after): hidden behind I/O, off the critical path; mgmt_ms - mgmt_hidden_ms is exposed
+    mgmt_hidden_ms: float = UNMEASURED
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]

@@ -30,6 +30,7 @@ class CellResult:
     io_s: float  # s/token waiting for expert reads (stall_ms), NaN when unmeasured
     mgmt_s: float  # s/token of cache management
     mgmt_cpu_s: float  # of which the compute thread's own CPU time (NaN where the engine did not measure it)
+    mgmt_hidden_s: float  # of which spent beside demand reads the token then waited for (NaN: unmeasured)
     compute_s: float  # s/token residual (wall - stall - mgmt, as the engine writes it)
     wall_s: float  # s/token, mean over kept tokens
     mib_per_tok: float
@@ -177,6 +178,7 @@ def compute_results(data: CampaignData) -> Results:
             run_rates=[stats.tok_s(x) for x in walls],
             io_s=_nanmean(_io_wait(ok, w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
             mgmt_cpu_s=_nanmean(_col(ok, "mgmt_cpu_ms", w)) / 1000,
+            mgmt_hidden_s=_nanmean(_col(ok, "mgmt_hidden_ms", w)) / 1000,
             compute_s=_nanmean(_col(ok, "compute_ms", w)) / 1000, wall_s=_nanmean(walls) / 1000,
             mib_per_tok=_nanmean(rb) / 2**20, hit_pct=_last(ok, "cache_hit_pct"),
             peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
@@ -242,7 +244,7 @@ def results_frame(res: Results) -> pd.DataFrame:
             "ratio": _r(c.ratio.point if c.ratio else (1.0 if c is res.base else None)),
             "ratio_lo": _r(c.ratio.low if c.ratio else None), "ratio_hi": _r(c.ratio.high if c.ratio else None),
             "s_per_tok": _r(c.wall_s), "io_wait_s_per_tok": _r(c.io_s), "mgmt_s_per_tok": _r(c.mgmt_s),
-            "mgmt_cpu_s_per_tok": _r(c.mgmt_cpu_s),
+            "mgmt_cpu_s_per_tok": _r(c.mgmt_cpu_s), "mgmt_hidden_s_per_tok": _r(c.mgmt_hidden_s),
             "compute_s_per_tok": _r(c.compute_s), "mib_read_per_tok": _r(c.mib_per_tok, 3),
             "hit_pct": _r(c.hit_pct, 2), "peak_rss_mib": _r(c.peak_rss_mib, 1),
             "cap_peak_mib": _r(c.cap_peak_mib, 1), "majflt_per_tok": _r(c.majflt_per_tok, 2),
