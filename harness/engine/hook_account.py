@@ -147,8 +147,6 @@ class AccountStage(BindStage):
                 work.append((key, bounds, after))
         if work:
             f = self.dropper.add(work, sum(b.et.nb2 for _, bounds, _ in work for b in bounds))
-            if any(after for _, _, after in work):  # it waits for speculative reads: keep other layers' out of it
-                self.dropper.flush()
             for key, _, _ in work:
                 self.pending_drop[key] = f
             if not self._recent_drops or self._recent_drops[-1] is not f:
