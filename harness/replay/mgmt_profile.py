@@ -66,14 +66,14 @@ def install() -> None:
 
     H = hook.StreamHook
     top = ("_on_topk", "_bind", "_evict_now", "_finish_weights", "_run_taps", "_scan_dense")  # what mgmt_ns counts
-    for m in (*top, "_account", "_submit", "_submit_many", "_drop", "_wait"):
+    for m in (*top, "_account", "_submit", "_submit_many", "_submit_layer", "_drop", "_wait"):
         if hasattr(H, m):
             setattr(H, m, _timed(m, getattr(H, m), runq=m in top))
     for m in ("lookup_batch", "evict_over_budget"):
         setattr(cache.ExpertCache, m, _timed("cache." + m, getattr(cache.ExpertCache, m)))
     for m in ("on_routed", "admit", "on_evicted"):
         setattr(prefetch.Prefetcher, m, _timed("prefetch." + m, getattr(prefetch.Prefetcher, m)))
-    for m in ("submit", "submit_speculative", "submit_many"):
+    for m in ("submit", "submit_speculative", "submit_many", "submit_layer"):
         if hasattr(reader.SliceReader, m):
             setattr(reader.SliceReader, m, _timed("reader." + m, getattr(reader.SliceReader, m)))
     take = H.take_counters
