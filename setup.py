@@ -36,7 +36,7 @@ setup(
                            libraries=["pthread"], optional=True),
                  Extension("harness.engine._policyc",
                            [f"harness/engine/{n}.c" for n in ("policyc", "policyc_markov", "policyc_heaps",
-                                                              "policyc_core", "policyc_minheap")],
+                                                              "policyc_core", "policyc_minheap", "policyc_lookup")],
                            depends=["harness/engine/policyc.h"],
                            extra_compile_args=["-O2", "-ffp-contract=off", "-fvisibility=hidden"], optional=True)],
     cmdclass={"build_ext": OptionalBuildExt},

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from harness.engine.policies import Key, Policy, make_policy
+from harness.engine.policies import Key, Policy, make_policy, native
 
 
-@dataclass
+@dataclass(slots=True)
 class BatchResult:
     layer: int
     hits: list[int] = field(default_factory=list)
@@ -84,6 +84,8 @@ class ExpertCache:
         self._clock = 0
         self._last_batch: list[Key] = []
         self._protected: set[Key] = set()
+        c = native.helper()
+        self._lookup = None if c is None else getattr(c, "lookup", None)  # lookup_batch's loop, compiled
 
     @property
     def enabled(self) -> bool:
@@ -94,7 +96,7 @@ class ExpertCache:
         evict=False the eviction is left to `evict_over_budget()`, which the caller must run before the
         next batch (the engine does it while the batch's reads are in flight): the same decisions, in
         the same order, only later in time."""
-        res = BatchResult(layer)
+        res = BatchResult(layer, [], [])
         if not self.enabled:
             # no cache: the previous batch is dropped now that its compute is done
             res.evicted = self._last_batch
@@ -102,40 +104,45 @@ class ExpertCache:
                 self.resident.discard(k)
             self.resident_bytes = 0
             self._last_batch = []
-        seen: set[int] = set()
         eb = self.expert_bytes[layer]
-        batch_keys: set[Key] = set()
         policy, resident, enabled = self.policy, self.resident, self.enabled
         policy.on_batch(layer, self._clock)
         on_promote, on_hit, on_insert = policy.on_promote, policy.on_hit, policy.on_insert
-        clock, hits, misses = self._clock, res.hits, res.misses
-        for e in experts:
-            e = int(e)
-            if e in seen:
-                # a duplicate only promotes (no lookup, no bytes): for LRU it becomes the most recent,
-                # so after a prefill batch the order is that of last use, as in the C++ original
-                if enabled:
-                    on_promote((layer, e), clock)
-                continue
-            seen.add(e)
-            key = (layer, e)
-            batch_keys.add(key)
-            clock += 1
-            if key in resident:
-                hits.append(e)
-                on_hit(key, clock)
-            else:
-                misses.append(e)
-                resident.add(key)
-                self.resident_bytes += eb
-                if enabled:
-                    on_insert(key, clock)
+        if self._lookup is not None:  # the same loop, compiled
+            res.hits, res.misses, batch_keys, clock = self._lookup(resident, layer, experts, on_promote, on_hit,
+                                                                   on_insert, self._clock, enabled)
+            self.resident_bytes += eb * len(res.misses)
+        else:
+            clock, hits, misses = self._clock, res.hits, res.misses
+            seen: set[int] = set()
+            batch_keys: set[Key] = set()
+            for e in experts:
+                e = int(e)
+                if e in seen:
+                    # a duplicate only promotes (no lookup, no bytes): for LRU it becomes the most recent,
+                    # so after a prefill batch the order is that of last use, as in the C++ original
+                    if enabled:
+                        on_promote((layer, e), clock)
+                    continue
+                seen.add(e)
+                key = (layer, e)
+                batch_keys.add(key)
+                clock += 1
+                if key in resident:
+                    hits.append(e)
+                    on_hit(key, clock)
+                else:
+                    misses.append(e)
+                    resident.add(key)
+                    self.resident_bytes += eb
+                    if enabled:
+                        on_insert(key, clock)
         self._clock = clock
-        stats = self.stats
-        stats.lookups += len(hits) + len(misses)
-        stats.hits += len(hits)
-        stats.misses += len(misses)
-        stats.bytes_read += eb * len(misses)
+        stats, nh, nm = self.stats, len(res.hits), len(res.misses)
+        stats.lookups += nh + nm
+        stats.hits += nh
+        stats.misses += nm
+        stats.bytes_read += eb * nm
         if not self.enabled:
             self._last_batch = sorted(batch_keys)
             return res

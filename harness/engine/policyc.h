@@ -26,6 +26,9 @@ PyObject *since(PyObject *self, PyObject *args);
 PyObject *duel_step(PyObject *self, PyObject *args);
 PyObject *duel_scores(PyObject *self, PyObject *args);
 
+/* policyc_lookup.c: ExpertCache.lookup_batch's loop */
+PyObject *lookup(PyObject *self, PyObject *args);
+
 /* policyc_heaps.c: LayerHeaps */
 typedef struct {
     double *score;
