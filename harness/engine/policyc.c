@@ -62,6 +62,7 @@ static PyMethodDef methods[] = {
     {"ratio", ratio, METH_VARARGS, "use rate q and P / q (before the log2) of MarkovModel.log_ratio."},
     {"since", since, METH_VARARGS, "markov-duel's staleness and its log2 argument."},
     {"duel_step", duel_step, METH_VARARGS, "markov-duel's candidate hits (False: a tie, run numpy)."},
+    {"duel_close", duel_close, METH_VARARGS, "markov-duel's close after its log2s (-1: take numpy's path)."},
     {"lookup", lookup, METH_VARARGS, "ExpertCache.lookup_batch's loop over a layer batch."},
     {"duel_scores", duel_scores, METH_VARARGS, "markov-duel's candidate scores and the resident entries'."},
     {NULL, NULL, 0, NULL},

@@ -25,6 +25,7 @@ PyObject *ratio(PyObject *self, PyObject *args);
 PyObject *since(PyObject *self, PyObject *args);
 PyObject *duel_step(PyObject *self, PyObject *args);
 PyObject *duel_scores(PyObject *self, PyObject *args);
+PyObject *duel_close(PyObject *self, PyObject *args); /* policyc_duel.c */
 
 /* policyc_lookup.c: ExpertCache.lookup_batch's loop */
 PyObject *lookup(PyObject *self, PyObject *args);
