@@ -86,6 +86,7 @@ class ExpertCache:
         self._protected: set[Key] = set()
         c = native.helper()
         self._lookup = None if c is None else getattr(c, "lookup", None)  # lookup_batch's loop, compiled
+        self._evict_loop = None if c is None else getattr(c, "evict", None)  # evict_over_budget's
 
     @property
     def enabled(self) -> bool:
@@ -155,6 +156,12 @@ class ExpertCache:
         """Evict down to the budget, never an entry the last batch touched; the entries evicted."""
         out: list[Key] = []
         if self.resident_bytes <= self.budget:
+            return out
+        if self._evict_loop is not None:  # the same loop, compiled
+            out, self.resident_bytes = self._evict_loop(self.resident, self._protected, self.policy.victim,
+                                                        self.policy.on_evict, self.expert_bytes,
+                                                        self.resident_bytes, self.budget)
+            self.stats.evictions += len(out)
             return out
         victim_of, protected, evict = self.policy.victim, self._protected, self._evict
         while self.resident_bytes > self.budget:

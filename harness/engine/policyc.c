@@ -63,6 +63,7 @@ static PyMethodDef methods[] = {
     {"since", since, METH_VARARGS, "markov-duel's staleness and its log2 argument."},
     {"duel_step", duel_step, METH_VARARGS, "markov-duel's candidate hits (False: a tie, run numpy)."},
     {"duel_close", duel_close, METH_VARARGS, "markov-duel's close after its log2s (-1: take numpy's path)."},
+    {"evict", evict, METH_VARARGS, "ExpertCache.evict_over_budget's loop."},
     {"lookup", lookup, METH_VARARGS, "ExpertCache.lookup_batch's loop over a layer batch."},
     {"duel_scores", duel_scores, METH_VARARGS, "markov-duel's candidate scores and the resident entries'."},
     {NULL, NULL, 0, NULL},

@@ -29,6 +29,7 @@ PyObject *duel_close(PyObject *self, PyObject *args); /* policyc_duel.c */
 
 /* policyc_lookup.c: ExpertCache.lookup_batch's loop */
 PyObject *lookup(PyObject *self, PyObject *args);
+PyObject *evict(PyObject *self, PyObject *args);
 
 /* policyc_heaps.c: LayerHeaps */
 typedef struct {

@@ -77,3 +77,58 @@ done:
     Py_DECREF(seq);
     return ret;
 }
+
+/* evict(resident, protected, victim, on_evict, expert_bytes, resident_bytes, budget) -> (evicted, resident_bytes).
+   ExpertCache.evict_over_budget's loop: while resident_bytes > budget, key = victim(protected) (None: stop),
+   removed from resident, its layer's bytes taken off, then on_evict(key). */
+PyObject *evict(PyObject *self, PyObject *args) {
+    PyObject *resident, *protected, *victim, *on_evict, *ebytes;
+    long long rb, budget;
+    if (!PyArg_ParseTuple(args, "O!OOOO!LL", &PySet_Type, &resident, &protected, &victim, &on_evict, &PyList_Type,
+                          &ebytes, &rb, &budget))
+        return NULL;
+    PyObject *out = PyList_New(0), *key = NULL, *ret = NULL;
+    if (!out)
+        return NULL;
+    while (rb > budget) {
+        PyObject *a[1] = {protected};
+        key = PyObject_Vectorcall(victim, a, 1, NULL);
+        if (!key)
+            goto done;
+        if (key == Py_None)
+            break;
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2) {
+            PyErr_SetString(PyExc_TypeError, "evict: a victim is not a (layer, expert) tuple");
+            goto done;
+        }
+        int had = PySet_Discard(resident, key);
+        if (had < 0)
+            goto done;
+        if (!had) {
+            PyErr_SetObject(PyExc_KeyError, key);
+            goto done;
+        }
+        Py_ssize_t layer = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, 0));
+        if (layer == -1 && PyErr_Occurred())
+            goto done;
+        PyObject *ob = PyList_GetItem(ebytes, layer < 0 ? layer + PyList_GET_SIZE(ebytes) : layer);
+        if (!ob)
+            goto done;
+        long long b = PyLong_AsLongLong(ob);
+        if (b == -1 && PyErr_Occurred())
+            goto done;
+        rb -= b;
+        PyObject *r = PyObject_Vectorcall(on_evict, &key, 1, NULL);
+        if (!r)
+            goto done;
+        Py_DECREF(r);
+        if (PyList_Append(out, key) < 0)
+            goto done;
+        Py_CLEAR(key);
+    }
+    ret = Py_BuildValue("(OL)", out, rb);
+done:
+    Py_XDECREF(key);
+    Py_DECREF(out);
+    return ret;
+}
