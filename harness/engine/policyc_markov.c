@@ -147,6 +147,31 @@ done:
     return ret;
 }
 
+/* the k-th largest of a[0..n) (1 <= k <= n; a is reordered), by quickselect (no NaN in a) */
+static double kth_largest(double *a, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        double piv = a[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > piv) i++;
+            while (a[j] < piv) j--;
+            if (i <= j) {
+                double t = a[i]; a[i] = a[j]; a[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j)
+            hi = j;
+        else if (want >= i)
+            lo = i;
+        else
+            return a[want];
+    }
+    return a[want];
+}
+
 /* duel_step(pred, idx, k, decay, duel) -> bool. For each row of pred (n_cand x n0, float64): how many
    of the row's k largest are experts of idx (those < n0), as np.argpartition(-pred, k - 1)[:, :k]
    picks them; then duel = decay * duel + counts. When a row's k-th value is tied between used and
@@ -161,7 +186,7 @@ PyObject *duel_step(PyObject *self, PyObject *args) {
     Buf pred = {0}, idx = {0}, duel = {0};
     PyObject *ret = NULL;
     unsigned char *used = NULL;
-    double *counts = NULL;
+    double *topv = NULL, *counts = NULL;
     if (buf_get(opred, &pred, 'd', 0, "pred") || buf_get(oidx, &idx, 'i', 0, "idx") ||
         buf_get(oduel, &duel, 'd', 1, "duel"))
         goto done;
@@ -176,8 +201,9 @@ PyObject *duel_step(PyObject *self, PyObject *args) {
         goto done;
     }
     used = calloc((size_t)n0, 1);
+    topv = malloc(sizeof(double) * (size_t)n0);
     counts = malloc(sizeof(double) * (size_t)rows);
-    if (!used || !counts) {
+    if (!used || !topv || !counts) {
         PyErr_NoMemory();
         goto done;
     }
@@ -199,30 +225,27 @@ PyObject *duel_step(PyObject *self, PyObject *args) {
     int exact = 1;
     for (Py_ssize_t r = 0; r < rows && exact; r++) {
         const double *row = (const double *)pred.v.buf + r * n0;
-        /* each used expert's rank: gt above it, eq level with it (itself included). Its value is above the
-           row's k-th largest iff gt + eq <= k - 1, level with it iff gt < k <= gt + eq (then gt and eq are
-           the k-th value's), below it iff gt >= k */
-        Py_ssize_t cnt = 0, tgt = 0, teq = 0, used_eq = 0;
+        memcpy(topv, row, sizeof(double) * (size_t)n0);
+        const double kth = kth_largest(topv, n0, k); /* the row's k-th largest value */
+        Py_ssize_t cnt = 0;
+        int tied = 0;
         for (Py_ssize_t j = 0; j < nu; j++) {
-            const double v = row[us[j]];
-            Py_ssize_t gt = 0, eq = 0;
-            for (Py_ssize_t b = 0; b < n0; b++) {
-                gt += row[b] > v;
-                eq += row[b] == v;
-            }
-            if (gt + eq <= k - 1) {
-                cnt++; /* above the k-th: kept by any top-k */
-            } else if (gt < k) {
-                tgt = gt;
-                teq = eq;
-                used_eq++;
-            }
+            cnt += row[us[j]] > kth; /* above the k-th: kept by any top-k */
+            tied |= row[us[j]] == kth;
         }
-        if (used_eq) { /* used experts hold the k-th value: of the eq experts holding it, k - gt are kept */
-            if (k - tgt == teq)
+        if (tied) { /* a used expert holds the k-th value: of the eq experts holding it, k - gt are kept */
+            Py_ssize_t gt = 0, eq = 0, used_eq = 0;
+            for (Py_ssize_t b = 0; b < n0; b++) {
+                gt += row[b] > kth;
+                if (row[b] == kth) {
+                    eq++;
+                    used_eq += used[b] != 0;
+                }
+            }
+            if (k - gt == eq)
                 cnt += used_eq; /* all of them kept */
-            else if (used_eq == teq)
-                cnt += k - tgt; /* all of them used */
+            else if (used_eq == eq)
+                cnt += k - gt; /* all of them used */
             else
                 exact = 0; /* which of the tied ones argpartition keeps is its own business */
         }
@@ -236,7 +259,7 @@ PyObject *duel_step(PyObject *self, PyObject *args) {
     }
     ret = PyBool_FromLong(exact);
 done:
-    free(used); free(counts);
+    free(used); free(topv); free(counts);
     buf_release(&pred); buf_release(&idx); buf_release(&duel);
     return ret;
 }
