@@ -18,15 +18,49 @@
 
 void buf_release(Buf *b) {
     if (b->held) {
-        PyBuffer_Release(&b->v);
+        if (b->own) {
+            PyMem_Free(b->own);
+            b->own = NULL;
+        } else {
+            PyBuffer_Release(&b->v);
+        }
         b->held = 0;
     }
 }
 
-/* kind: 'f' float32, 'd' float64, 'i' intp (8 bytes) */
+/* an index list (of int) as a read-only 'i' buffer: a C copy */
+static int buf_from_list(PyObject *o, Buf *b, const char *what) {
+    Py_ssize_t n = PyList_GET_SIZE(o);
+    b->own = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    if (!b->own) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        b->own[i] = PyLong_AsSsize_t(PyList_GET_ITEM(o, i));
+        if (b->own[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(b->own);
+            b->own = NULL;
+            PyErr_Format(PyExc_TypeError, "%s: a list of int is needed", what);
+            return -1;
+        }
+    }
+    memset(&b->v, 0, sizeof(b->v));
+    b->v.buf = b->own;
+    b->v.len = n * (Py_ssize_t)sizeof(Py_ssize_t);
+    b->v.itemsize = sizeof(Py_ssize_t);
+    b->v.ndim = 1;
+    b->held = 1;
+    return 0;
+}
+
+/* kind: 'f' float32, 'd' float64, 'i' intp (8 bytes; read-only, also a list of int) */
 int buf_get(PyObject *o, Buf *b, char kind, int writable, const char *what) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     b->held = 0;
+    b->own = NULL;
+    if (kind == 'i' && !writable && PyList_Check(o))
+        return buf_from_list(o, b, what);
     if (PyObject_GetBuffer(o, &b->v, flags) < 0)
         return -1;
     b->held = 1;

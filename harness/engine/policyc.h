@@ -12,6 +12,7 @@
 typedef struct {
     Py_buffer v;
     int held;
+    Py_ssize_t *own; /* an index list's copy (kind 'i' from a list of int), freed by buf_release */
 } Buf;
 
 void buf_release(Buf *b);

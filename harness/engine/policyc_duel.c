@@ -4,19 +4,42 @@
 
 #include "policyc.h"
 
-/* duel_close(lq, lr, last, tok, tab, bidx, w, ages, cands_out, duel, heaps, layer, res) -> row, or -1.
-   since = min(tok - last, 1e4), arg = 1 + min(since, 63); log2(arg) = tab[arg - 1] (tab: numpy's log2
-   of 1..len(tab)); base = w0 + w2 log2(arg) + w3 lq (+ w1 at bidx) (+ w4 lr); cands[i] = base - ages[i]
-   since; row = the first of duel's largest (np.argmax); then each expert e of the set res, in its
-   iteration order, is pushed into heaps' `layer` with cands[row][e] (LayerHeaps.push_many). -1 when an
-   arg is not a whole number the table holds: nothing written, the caller takes numpy's path. */
+/* duel_close(pred, didx, kslots, decay, lq, lr, last, tok, tab, bidx, w, ages, cands_out, duel, heaps, layer, res)
+   -> row, -1 or -2. First, with pred (the last close's candidates, None: no step), the duel step:
+   duel_step(pred, didx, min(kslots, pred's columns - 1), decay, duel); a tie it leaves to numpy: -2, nothing
+   changed. Then since = min(tok - last, 1e4), arg = 1 + min(since, 63); log2(arg) = tab[arg - 1] (tab:
+   numpy's log2 of 1..len(tab)); base = w0 + w2 log2(arg) + w3 lq (+ w1 at bidx) (+ w4 lr); cands[i] =
+   base - ages[i] since; row = the first of duel's largest (np.argmax); then each expert e of the set res,
+   in its iteration order, is pushed into heaps' `layer` with cands[row][e] (LayerHeaps.push_many). -1 when
+   an arg is not a whole number the table holds: the duel step done, nothing else; the caller takes numpy's
+   path for the scores. */
 PyObject *duel_close(PyObject *self, PyObject *args) {
-    PyObject *olq, *olr, *olast, *otab, *obidx, *oages, *oc, *oduel, *oheaps, *ores;
-    double tok, w0, w1, w2, w3, w4;
-    Py_ssize_t layer;
-    if (!PyArg_ParseTuple(args, "OOOdOO(ddddd)OOOO!nO!", &olq, &olr, &olast, &tok, &otab, &obidx, &w0, &w1, &w2,
-                          &w3, &w4, &oages, &oc, &oduel, &LayerHeapsType, &oheaps, &layer, &PySet_Type, &ores))
+    PyObject *opred, *odidx, *olq, *olr, *olast, *otab, *obidx, *oages, *oc, *oduel, *oheaps, *ores;
+    double decay, tok, w0, w1, w2, w3, w4;
+    Py_ssize_t kslots, layer;
+    if (!PyArg_ParseTuple(args, "OOndOOOdOO(ddddd)OOOO!nO!", &opred, &odidx, &kslots, &decay, &olq, &olr, &olast,
+                          &tok, &otab, &obidx, &w0, &w1, &w2, &w3, &w4, &oages, &oc, &oduel, &LayerHeapsType, &oheaps,
+                          &layer, &PySet_Type, &ores))
         return NULL;
+    if (opred != Py_None) {
+        Py_buffer pv;
+        if (PyObject_GetBuffer(opred, &pv, PyBUF_ND) < 0)
+            return NULL;
+        Py_ssize_t n0 = pv.ndim == 2 ? pv.shape[1] : 0;
+        PyBuffer_Release(&pv);
+        Py_ssize_t k = kslots < n0 - 1 ? kslots : n0 - 1;
+        PyObject *a = Py_BuildValue("(OOndO)", opred, odidx, k, decay, oduel);
+        if (!a)
+            return NULL;
+        PyObject *exact = duel_step(self, a);
+        Py_DECREF(a);
+        if (!exact)
+            return NULL;
+        int tie = exact == Py_False;
+        Py_DECREF(exact);
+        if (tie)
+            return PyLong_FromLong(-2);
+    }
     Buf lq = {0}, lr = {0}, last = {0}, tab = {0}, bidx = {0}, ages = {0}, c = {0}, duel = {0};
     PyObject *ret = NULL, *it = NULL, *oe = NULL;
     double *sb = NULL;

@@ -65,6 +65,8 @@ class MarkovDuel(Policy):
         self._zero = [0.0] * n  # no per-layer term in the victim rule
         self._bufs: list[tuple | None] = [None] * n  # the compiled close's per-layer buffers
         self._log2tab = np.log2(np.arange(1.0, 65.0))  # numpy's log2 of each staleness argument, 1..64
+        self._kslots = max(1, round(self._slots))  # the duel's top-k, before the cap at the layer's size - 1
+        self._model.idx_lists = self._c is not None  # then every reader of the batches' experts is compiled
         self._core = None
         if self._c is not None and cls is MarkovDuel:
             ref = weakref.ref(self)  # the core calls back; a weak reference keeps no cycle
@@ -100,6 +102,7 @@ class MarkovDuel(Policy):
         c = self._model.c
         if c is not None and c.duel_step(pred, idx, k, self.score_decay, self._duel):
             return  # the same counts (False: a tie argpartition breaks its own way; then numpy's)
+        idx = np.asarray(idx, np.intp)  # a list where every other reader is compiled (MarkovModel.idx_lists)
         top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
         used = np.zeros(n0, bool)
         used[idx[idx < n0]] = True
@@ -112,11 +115,11 @@ class MarkovDuel(Policy):
             return
         layer, batch, ntok = closed
         prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
+        if self._c is not None:
+            self._close_compiled(layer, batch, prefill)  # its duel step too
+            return
         if not prefill:
             self._duel_step(layer, batch)
-        if self._c is not None:
-            self._close_compiled(layer, batch, prefill)
-            return
         tok = model.tokens[layer]
         q = self._rate(layer, model.occ[layer], tok, len(batch))
         w = self._w
@@ -140,7 +143,9 @@ class MarkovDuel(Policy):
         if taken is None:
             return None
         layer, batch, batch_occ = taken
-        self._model.fit(layer, self._core.size(layer))
+        size = self._core.size(layer)
+        if size > self._model.src[layer].shape[0]:
+            self._model.fit(layer, size)
         return self._model.learn(layer, batch, batch_occ)
 
     def _close_compiled(self, layer: int, batch: list[int], prefill: bool) -> None:
@@ -164,9 +169,15 @@ class MarkovDuel(Policy):
             np.log2(qr, out=qr)
         else:
             np.log2(q, out=q)
-        row = c.duel_close(q, r if chain else None, model.last[layer], model.tokens[layer], self._log2tab,
-                           None if prefill else model.prev_idx[layer], self._wt, self.ages, cands, self._duel,
-                           self._heaps, layer, self._res[layer])
+        idx, pred = model.prev_idx[layer], None if prefill else self._pred[layer]
+        rest = (q, r if chain else None, model.last[layer], model.tokens[layer], self._log2tab,
+                None if prefill else idx, self._wt, self.ages, cands)
+        row = c.duel_close(pred, idx, self._kslots, self.score_decay, *rest, self._duel, self._heaps, layer,
+                           self._res[layer])  # the duel step first
+        if row == -2:  # the duel step met a tie: numpy's (a new self._duel), then the rest
+            self._duel_step(layer, batch)
+            row = c.duel_close(None, idx, self._kslots, self.score_decay, *rest, self._duel, self._heaps, layer,
+                               self._res[layer])
         if row < 0:  # a staleness the table does not hold (cannot happen with whole token counts): numpy's log2
             since, arg = np.empty(size), np.empty(size)
             c.since(model.last[layer], model.tokens[layer], since, arg)

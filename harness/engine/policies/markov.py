@@ -43,6 +43,9 @@ class MarkovModel:
         self.open = -1  # layer whose batch is being looked up (-1: none)
         self.batch: list[int] = []  # its experts, in lookup order
         self.batch_occ: dict[int, int] = {}  # their occurrences (prefill: one per prompt token)
+        # the batches' experts as the lists themselves, not intp arrays (the compiled helper takes either):
+        # for a caller whose every reader of prev_idx is compiled
+        self.idx_lists = False
 
     def _grow(self, layer: int, e: int) -> None:
         size = self.src[layer].shape[0]
@@ -91,7 +94,7 @@ class MarkovModel:
     def learn(self, layer: int, batch: list[int], batch_occ: dict[int, int]) -> tuple[int, list[int], int]:
         """`close` of a batch collected elsewhere (batch: its experts in lookup order, batch_occ: their
         occurrences; not empty)."""
-        idx = np.array(batch, np.intp)  # batch_occ's keys, in the same order
+        idx = batch if self.idx_lists else np.array(batch, np.intp)  # batch_occ's keys, in the same order
         ntok = max(batch_occ.values())
         tok = self.tokens[layer] + ntok
         self.tokens[layer] = tok
