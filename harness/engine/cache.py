@@ -27,6 +27,9 @@ class BatchResult:
     evicted: list[Key] = field(default_factory=list)
 
 
+_new_result = object.__new__  # a BatchResult without its __init__ call (the hot path sets every field)
+
+
 @dataclass
 class CacheStats:
     lookups: int = 0
@@ -87,6 +90,9 @@ class ExpertCache:
         c = native.helper()
         self._lookup = None if c is None else getattr(c, "lookup", None)  # lookup_batch's loop, compiled
         self._evict_loop = None if c is None else getattr(c, "evict", None)  # evict_over_budget's
+        # the policy's on_batch, or None where it is the base class's no-op (not called then: the same)
+        self._on_batch = None if getattr(type(self.policy), "on_batch", None) is Policy.on_batch \
+            and "on_batch" not in vars(self.policy) else self.policy.on_batch
 
     @property
     def enabled(self) -> bool:
@@ -97,6 +103,25 @@ class ExpertCache:
         evict=False the eviction is left to `evict_over_budget()`, which the caller must run before the
         next batch (the engine does it while the batch's reads are in flight): the same decisions, in
         the same order, only later in time."""
+        policy, enabled = self.policy, self.budget > 0
+        lookup = self._lookup
+        if lookup is not None and enabled:  # the compiled loop, with as little Python around it as may be
+            if self._on_batch is not None:
+                self._on_batch(layer, self._clock)
+            res = _new_result(BatchResult)
+            res.layer, res.evicted = layer, []
+            res.hits, res.misses, self._protected, self._clock = lookup(
+                self.resident, layer, experts, policy.on_promote, policy.on_hit, policy.on_insert, self._clock, True)
+            nh, nm, eb = len(res.hits), len(res.misses), self.expert_bytes[layer]
+            self.resident_bytes += eb * nm
+            stats = self.stats
+            stats.lookups += nh + nm
+            stats.hits += nh
+            stats.misses += nm
+            stats.bytes_read += eb * nm
+            if evict:
+                res.evicted = self.evict_over_budget()
+            return res
         res = BatchResult(layer, [], [])
         if not self.enabled:
             # no cache: the previous batch is dropped now that its compute is done
@@ -106,12 +131,12 @@ class ExpertCache:
             self.resident_bytes = 0
             self._last_batch = []
         eb = self.expert_bytes[layer]
-        policy, resident, enabled = self.policy, self.resident, self.enabled
+        resident = self.resident
         policy.on_batch(layer, self._clock)
         on_promote, on_hit, on_insert = policy.on_promote, policy.on_hit, policy.on_insert
-        if self._lookup is not None:  # the same loop, compiled
-            res.hits, res.misses, batch_keys, clock = self._lookup(resident, layer, experts, on_promote, on_hit,
-                                                                   on_insert, self._clock, enabled)
+        if lookup is not None:  # the same loop, compiled (no cache)
+            res.hits, res.misses, batch_keys, clock = lookup(resident, layer, experts, on_promote, on_hit, on_insert,
+                                                             self._clock, enabled)
             self.resident_bytes += eb * len(res.misses)
         else:
             clock, hits, misses = self._clock, res.hits, res.misses
@@ -154,9 +179,9 @@ class ExpertCache:
 
     def evict_over_budget(self) -> list[Key]:
         """Evict down to the budget, never an entry the last batch touched; the entries evicted."""
-        out: list[Key] = []
         if self.resident_bytes <= self.budget:
-            return out
+            return []
+        out: list[Key] = []
         if self._evict_loop is not None:  # the same loop, compiled
             out, self.resident_bytes = self._evict_loop(self.resident, self._protected, self.policy.victim,
                                                         self.policy.on_evict, self.expert_bytes,
