@@ -74,7 +74,7 @@ class MarkovDuel(Policy):
             def closer() -> None:
                 me = ref()
                 if me is not None:
-                    me._close()
+                    me._close_core()
 
             def preload(key: Key) -> None:
                 me = ref()
@@ -136,6 +136,19 @@ class MarkovDuel(Policy):
         self._score[layer] = score
         es = list(self._res[layer])
         self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
+
+    def _close_core(self) -> None:
+        """`_close` with the compiled core and scores (the core calls it): `_take`, then `_close_compiled`
+        (the duel step included), in fewer frames."""
+        taken = self._core.take()
+        if taken is None:
+            return
+        layer, batch, batch_occ = taken
+        model = self._model
+        size = self._core.size(layer)
+        if size > model.src[layer].shape[0]:
+            model.fit(layer, size)
+        self._close_compiled(layer, batch, model.learn(layer, batch, batch_occ)[2] > 1)
 
     def _take(self) -> tuple[int, list[int], int] | None:
         """`MarkovModel.close` of the batch the compiled core collected."""
