@@ -61,3 +61,31 @@ def test_markov_duel_scores_are_numpys_bits(monkeypatch: pytest.MonkeyPatch) -> 
             assert a._duel.tobytes() == b._duel.tobytes()
             compared += 1
     assert compared > 2500
+
+
+@pytest.mark.parametrize("budget", [0, 700, 10**9])
+def test_the_compiled_lookup_and_evict_loops_are_the_reference(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ExpertCache's compiled lookup and eviction loops (_policyc.lookup, .evict) against its Python loops: no
+    cache, a small one, one that never evicts; prefill duplicates; numpy integers as experts."""
+    if native._compiled is None:
+        pytest.skip("the compiled helper is not built (harness/engine/_policyc)")
+    rng = np.random.default_rng(budget)
+    batches = [(s % 3, [int(e) for e in rng.integers(0, 12, 9 if s < 3 else 3)]) for s in range(300)]
+    runs = {}
+    for impl, env in (("numpy", "1"), ("compiled", "0")):
+        monkeypatch.setenv(native.ENV, env)
+        for policy in ("lru", "layer-lfu", "aged-markov", "markov-duel"):
+            cache = ExpertCache(budget, [100, 50, 100], policy, n_expert=12)
+            assert (cache._lookup is None) == (impl == "numpy")
+            out = []
+            for i, (layer, experts) in enumerate(batches):
+                ids = np.array(experts, np.int32) if i % 2 else experts
+                res = cache.lookup_batch(layer, ids, evict=i % 3 == 0)
+                out.append((res.layer, res.hits, res.misses, res.evicted, cache.evict_over_budget(),
+                            cache.resident_bytes, sorted(cache.resident)))
+            out.append(vars(cache.stats))
+            runs[impl, policy] = out
+    for policy in ("lru", "layer-lfu", "aged-markov", "markov-duel"):
+        assert runs["numpy", policy] == runs["compiled", policy], policy
+    if budget == 700:
+        assert runs["numpy", "lru"][-1]["evictions"] > 100
