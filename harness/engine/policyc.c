@@ -7,6 +7,10 @@
      float64 where it is float64), summed in numpy's order (a reduction over axis 0 of a C-contiguous
      array adds the rows one after the other). The log2 calls stay in numpy (its SIMD log2 differs from
      libm's in the last bit), so the caller runs them between these functions;
+   - markov-duel's close after its one numpy log2 (duel_close, policyc_duel.c): the staleness's log2 from a
+     table numpy computed (the argument is a whole number 1..64), the duel step, the scores and their push;
+   - ExpertCache's loops (lookup, evict; policyc_lookup.c): the per-expert lookup and the eviction loop of
+     harness/engine/cache.py, calling the policy's methods in the same order with the same arguments;
    - LayerHeaps and MinHeap, the score heaps (heaps.py): the same victims and peeks;
    - AgedCore, the per-lookup state of aged, aged-decay, aged-markov (and markov-duel's, duel mode): the
      cache calls it directly; Python floats' arithmetic is libm's pow and log2, in the same order.
