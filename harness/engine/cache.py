@@ -16,15 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from harness.engine.policies import Key, Policy, make_policy
+from harness.engine.policies import Key, Policy, make_policy, native
 
 
-@dataclass
+@dataclass(slots=True)
 class BatchResult:
     layer: int
     hits: list[int] = field(default_factory=list)
     misses: list[int] = field(default_factory=list)
     evicted: list[Key] = field(default_factory=list)
+
+
+_new_result = object.__new__  # a BatchResult without its __init__ call (the hot path sets every field)
 
 
 @dataclass
@@ -84,6 +87,12 @@ class ExpertCache:
         self._clock = 0
         self._last_batch: list[Key] = []
         self._protected: set[Key] = set()
+        c = native.helper()
+        self._lookup = None if c is None else getattr(c, "lookup", None)  # lookup_batch's loop, compiled
+        self._evict_loop = None if c is None else getattr(c, "evict", None)  # evict_over_budget's
+        # the policy's on_batch, or None where it is the base class's no-op (not called then: the same)
+        self._on_batch = None if getattr(type(self.policy), "on_batch", None) is Policy.on_batch \
+            and "on_batch" not in vars(self.policy) else self.policy.on_batch
 
     @property
     def enabled(self) -> bool:
@@ -94,7 +103,26 @@ class ExpertCache:
         evict=False the eviction is left to `evict_over_budget()`, which the caller must run before the
         next batch (the engine does it while the batch's reads are in flight): the same decisions, in
         the same order, only later in time."""
-        res = BatchResult(layer)
+        policy, enabled = self.policy, self.budget > 0
+        lookup = self._lookup
+        if lookup is not None and enabled:  # the compiled loop, with as little Python around it as may be
+            if self._on_batch is not None:
+                self._on_batch(layer, self._clock)
+            res = _new_result(BatchResult)
+            res.layer, res.evicted = layer, []
+            res.hits, res.misses, self._protected, self._clock = lookup(
+                self.resident, layer, experts, policy.on_promote, policy.on_hit, policy.on_insert, self._clock, True)
+            nh, nm, eb = len(res.hits), len(res.misses), self.expert_bytes[layer]
+            self.resident_bytes += eb * nm
+            stats = self.stats
+            stats.lookups += nh + nm
+            stats.hits += nh
+            stats.misses += nm
+            stats.bytes_read += eb * nm
+            if evict:
+                res.evicted = self.evict_over_budget()
+            return res
+        res = BatchResult(layer, [], [])
         if not self.enabled:
             # no cache: the previous batch is dropped now that its compute is done
             res.evicted = self._last_batch
@@ -102,40 +130,45 @@ class ExpertCache:
                 self.resident.discard(k)
             self.resident_bytes = 0
             self._last_batch = []
-        seen: set[int] = set()
         eb = self.expert_bytes[layer]
-        batch_keys: set[Key] = set()
-        policy, resident, enabled = self.policy, self.resident, self.enabled
+        resident = self.resident
         policy.on_batch(layer, self._clock)
         on_promote, on_hit, on_insert = policy.on_promote, policy.on_hit, policy.on_insert
-        clock, hits, misses = self._clock, res.hits, res.misses
-        for e in experts:
-            e = int(e)
-            if e in seen:
-                # a duplicate only promotes (no lookup, no bytes): for LRU it becomes the most recent,
-                # so after a prefill batch the order is that of last use, as in the C++ original
-                if enabled:
-                    on_promote((layer, e), clock)
-                continue
-            seen.add(e)
-            key = (layer, e)
-            batch_keys.add(key)
-            clock += 1
-            if key in resident:
-                hits.append(e)
-                on_hit(key, clock)
-            else:
-                misses.append(e)
-                resident.add(key)
-                self.resident_bytes += eb
-                if enabled:
-                    on_insert(key, clock)
+        if lookup is not None:  # the same loop, compiled (no cache)
+            res.hits, res.misses, batch_keys, clock = lookup(resident, layer, experts, on_promote, on_hit, on_insert,
+                                                             self._clock, enabled)
+            self.resident_bytes += eb * len(res.misses)
+        else:
+            clock, hits, misses = self._clock, res.hits, res.misses
+            seen: set[int] = set()
+            batch_keys: set[Key] = set()
+            for e in experts:
+                e = int(e)
+                if e in seen:
+                    # a duplicate only promotes (no lookup, no bytes): for LRU it becomes the most recent,
+                    # so after a prefill batch the order is that of last use, as in the C++ original
+                    if enabled:
+                        on_promote((layer, e), clock)
+                    continue
+                seen.add(e)
+                key = (layer, e)
+                batch_keys.add(key)
+                clock += 1
+                if key in resident:
+                    hits.append(e)
+                    on_hit(key, clock)
+                else:
+                    misses.append(e)
+                    resident.add(key)
+                    self.resident_bytes += eb
+                    if enabled:
+                        on_insert(key, clock)
         self._clock = clock
-        stats = self.stats
-        stats.lookups += len(hits) + len(misses)
-        stats.hits += len(hits)
-        stats.misses += len(misses)
-        stats.bytes_read += eb * len(misses)
+        stats, nh, nm = self.stats, len(res.hits), len(res.misses)
+        stats.lookups += nh + nm
+        stats.hits += nh
+        stats.misses += nm
+        stats.bytes_read += eb * nm
         if not self.enabled:
             self._last_batch = sorted(batch_keys)
             return res
@@ -146,8 +179,14 @@ class ExpertCache:
 
     def evict_over_budget(self) -> list[Key]:
         """Evict down to the budget, never an entry the last batch touched; the entries evicted."""
-        out: list[Key] = []
         if self.resident_bytes <= self.budget:
+            return []
+        out: list[Key] = []
+        if self._evict_loop is not None:  # the same loop, compiled
+            out, self.resident_bytes = self._evict_loop(self.resident, self._protected, self.policy.victim,
+                                                        self.policy.on_evict, self.expert_bytes,
+                                                        self.resident_bytes, self.budget)
+            self.stats.evictions += len(out)
             return out
         victim_of, protected, evict = self.policy.victim, self._protected, self._evict
         while self.resident_bytes > self.budget:

@@ -12,6 +12,7 @@
 typedef struct {
     Py_buffer v;
     int held;
+    Py_ssize_t *own; /* an index list's copy (kind 'i' from a list of int), freed by buf_release */
 } Buf;
 
 void buf_release(Buf *b);
@@ -25,6 +26,11 @@ PyObject *ratio(PyObject *self, PyObject *args);
 PyObject *since(PyObject *self, PyObject *args);
 PyObject *duel_step(PyObject *self, PyObject *args);
 PyObject *duel_scores(PyObject *self, PyObject *args);
+PyObject *duel_close(PyObject *self, PyObject *args); /* policyc_duel.c */
+
+/* policyc_lookup.c: ExpertCache.lookup_batch's loop */
+PyObject *lookup(PyObject *self, PyObject *args);
+PyObject *evict(PyObject *self, PyObject *args);
 
 /* policyc_heaps.c: LayerHeaps */
 typedef struct {

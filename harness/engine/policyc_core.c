@@ -279,7 +279,8 @@ static PyObject *ac_on_batch(AgedCoreObject *self, PyObject *args) {
         PyErr_SetString(PyExc_IndexError, "on_batch: layer out of range");
         return NULL;
     }
-    if (self->markov && ac_call_closer(self) < 0)
+    /* the close of an open batch (none open or an empty one: the closer would only close it, as below) */
+    if (self->markov && self->open >= 0 && PyList_GET_SIZE(self->batch) > 0 && ac_call_closer(self) < 0)
         return NULL;
     self->cur = layer;
     if (!self->duel) { /* duel: no per-layer term (its base stays 0.0) */

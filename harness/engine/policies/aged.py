@@ -143,6 +143,7 @@ class AgedMarkov(Aged):
                     me._close_core()
 
             self._take_core(c.AgedCore(n, self.w, self._log2_decay, self._beta, True, closer))
+        self._model.idx_lists = c is not None  # its only reader is the compiled ratio
 
     def _close_core(self) -> None:
         """`_close` with the compiled core: it collected the batch and holds the scores."""
@@ -151,7 +152,9 @@ class AgedMarkov(Aged):
         if taken is None:
             return
         layer, batch, batch_occ = taken
-        model.fit(layer, core.size(layer))
+        size = core.size(layer)
+        if size > model.src[layer].shape[0]:
+            model.fit(layer, size)
         model.learn(layer, batch, batch_occ)
         lr = None if model.prev[layer] is None else model.rate_and_log_ratio(layer, len(batch))[1]
         core.rescore(layer, lr, self.z)

@@ -63,6 +63,10 @@ class MarkovDuel(Policy):
         self._res: list[set[int]] = [set() for _ in range(n)]
         self._heaps = native.layer_heaps(n)
         self._zero = [0.0] * n  # no per-layer term in the victim rule
+        self._bufs: list[tuple | None] = [None] * n  # the compiled close's per-layer buffers
+        self._log2tab = np.log2(np.arange(1.0, 65.0))  # numpy's log2 of each staleness argument, 1..64
+        self._kslots = max(1, round(self._slots))  # the duel's top-k, before the cap at the layer's size - 1
+        self._model.idx_lists = self._c is not None  # then every reader of the batches' experts is compiled
         self._core = None
         if self._c is not None and cls is MarkovDuel:
             ref = weakref.ref(self)  # the core calls back; a weak reference keeps no cycle
@@ -70,7 +74,7 @@ class MarkovDuel(Policy):
             def closer() -> None:
                 me = ref()
                 if me is not None:
-                    me._close()
+                    me._close_core()
 
             def preload(key: Key) -> None:
                 me = ref()
@@ -98,6 +102,7 @@ class MarkovDuel(Policy):
         c = self._model.c
         if c is not None and c.duel_step(pred, idx, k, self.score_decay, self._duel):
             return  # the same counts (False: a tie argpartition breaks its own way; then numpy's)
+        idx = np.asarray(idx, np.intp)  # a list where every other reader is compiled (MarkovModel.idx_lists)
         top = np.argpartition(-pred, k - 1, axis=1)[:, :k]
         used = np.zeros(n0, bool)
         used[idx[idx < n0]] = True
@@ -110,11 +115,11 @@ class MarkovDuel(Policy):
             return
         layer, batch, ntok = closed
         prefill = ntok > 1  # a union of prompt tokens: no transitions, no duel
+        if self._c is not None:
+            self._close_compiled(layer, batch, prefill)  # its duel step too
+            return
         if not prefill:
             self._duel_step(layer, batch)
-        if self._c is not None:
-            self._close_compiled(layer, batch, prefill)
-            return
         tok = model.tokens[layer]
         q = self._rate(layer, model.occ[layer], tok, len(batch))
         w = self._w
@@ -132,31 +137,71 @@ class MarkovDuel(Policy):
         es = list(self._res[layer])
         self._heaps.push_many(layer, [(layer, e) for e in es], score[es].tolist())
 
+    def _close_core(self) -> None:
+        """`_close` with the compiled core and scores (the core calls it): `_take`, then `_close_compiled`
+        (the duel step included), in fewer frames."""
+        taken = self._core.take()
+        if taken is None:
+            return
+        layer, batch, batch_occ = taken
+        model = self._model
+        size = self._core.size(layer)
+        if size > model.src[layer].shape[0]:
+            model.fit(layer, size)
+        self._close_compiled(layer, batch, model.learn(layer, batch, batch_occ)[2] > 1)
+
     def _take(self) -> tuple[int, list[int], int] | None:
         """`MarkovModel.close` of the batch the compiled core collected."""
         taken = self._core.take()
         if taken is None:
             return None
         layer, batch, batch_occ = taken
-        self._model.fit(layer, self._core.size(layer))
+        size = self._core.size(layer)
+        if size > self._model.src[layer].shape[0]:
+            self._model.fit(layer, size)
         return self._model.learn(layer, batch, batch_occ)
 
     def _close_compiled(self, layer: int, batch: list[int], prefill: bool) -> None:
-        """`_close`'s scores (after its duel step) in C, the log2s in numpy: the same bits."""
+        """`_close`'s scores (after its duel step) in C, the log2s in numpy: the same bits. One numpy log2 over
+        q and P / q side by side in one float32 buffer (elementwise: each value's bits do not depend on its
+        place, tests/test_policy_impls.py), the staleness's log2 from a table of numpy's log2 of 1..64 (the
+        only values its argument takes); per-layer buffers reused (a batch's candidates are read only by the
+        layer's next duel step, before they are overwritten)."""
         model, c = self._model, self._c
         size = model.src[layer].shape[0]
-        q, lr = model.rate_and_log_ratio(layer, len(batch))
-        since, arg = np.empty(size), np.empty(size)
-        c.since(model.last[layer], model.tokens[layer], since, arg)
-        duel = self._duel.tolist()
-        row = duel.index(max(duel))  # np.argmax: the first of the largest
-        cands = np.empty((len(self.ages), size))
-        es = list(self._res[layer])
-        scores = c.duel_scores(np.log2(q), np.log2(arg), lr, since, None if prefill else model.prev_idx[layer],
-                               self._wt, self.ages, cands, row, es)
+        buf = self._bufs[layer]
+        if buf is None or buf[3].shape[1] != size:
+            qr = np.empty(2 * size, np.float32)
+            cands = np.empty((len(self.ages), size))
+            buf = self._bufs[layer] = (qr, qr[:size], qr[size:], cands, list(cands))
+        qr, q, r, cands, rows = buf
+        chain = model.prev[layer] is not None
+        c.ratio(model.tr[layer], model.src[layer], model.occ[layer], model.tokens[layer], len(batch), model.m,
+                model.prev_idx[layer] if chain else None, q, r)
+        if chain:
+            np.log2(qr, out=qr)
+        else:
+            np.log2(q, out=q)
+        idx, pred = model.prev_idx[layer], None if prefill else self._pred[layer]
+        rest = (q, r if chain else None, model.last[layer], model.tokens[layer], self._log2tab,
+                None if prefill else idx, self._wt, self.ages, cands)
+        row = c.duel_close(pred, idx, self._kslots, self.score_decay, *rest, self._duel, self._heaps, layer,
+                           self._res[layer])  # the duel step first
+        if row == -2:  # the duel step met a tie: numpy's (a new self._duel), then the rest
+            self._duel_step(layer, batch)
+            row = c.duel_close(None, idx, self._kslots, self.score_decay, *rest, self._duel, self._heaps, layer,
+                               self._res[layer])
+        if row < 0:  # a staleness the table does not hold (cannot happen with whole token counts): numpy's log2
+            since, arg = np.empty(size), np.empty(size)
+            c.since(model.last[layer], model.tokens[layer], since, arg)
+            es = list(self._res[layer])
+            duel = self._duel.tolist()
+            row = duel.index(max(duel))
+            scores = c.duel_scores(q, np.log2(arg), r if chain else None, since,
+                                   None if prefill else model.prev_idx[layer], self._wt, self.ages, cands, row, es)
+            self._heaps.push_many(layer, [(layer, e) for e in es], scores)
         self._pred[layer] = cands
-        self._score[layer] = cands[row]
-        self._heaps.push_many(layer, [(layer, e) for e in es], scores)
+        self._score[layer] = rows[row]
 
     def _rate(self, layer: int, occ: np.ndarray, tok: float, k: int) -> np.ndarray:
         """q(b) for `layer` after its batch (occ: uses so far, tok: tokens so far, k: the batch's

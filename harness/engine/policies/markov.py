@@ -43,6 +43,10 @@ class MarkovModel:
         self.open = -1  # layer whose batch is being looked up (-1: none)
         self.batch: list[int] = []  # its experts, in lookup order
         self.batch_occ: dict[int, int] = {}  # their occurrences (prefill: one per prompt token)
+        # the batches' experts as the lists themselves, not intp arrays (the compiled helper takes either):
+        # for a caller whose every reader of prev_idx is compiled
+        self.idx_lists = False
+        self._bufs: list[tuple[np.ndarray, np.ndarray] | None] = [None] * n_layer  # rate_and_log_ratio's, compiled
 
     def _grow(self, layer: int, e: int) -> None:
         size = self.src[layer].shape[0]
@@ -91,7 +95,7 @@ class MarkovModel:
     def learn(self, layer: int, batch: list[int], batch_occ: dict[int, int]) -> tuple[int, list[int], int]:
         """`close` of a batch collected elsewhere (batch: its experts in lookup order, batch_occ: their
         occurrences; not empty)."""
-        idx = np.array(batch, np.intp)  # batch_occ's keys, in the same order
+        idx = batch if self.idx_lists else np.array(batch, np.intp)  # batch_occ's keys, in the same order
         ntok = max(batch_occ.values())
         tok = self.tokens[layer] + ntok
         self.tokens[layer] = tok
@@ -133,14 +137,17 @@ class MarkovModel:
         return np.log2(p / q)
 
     def rate_and_log_ratio(self, layer: int, k: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """(`rate(layer, k)`, `log_ratio(layer, that rate)`), the same bits; in C when compiled."""
+        """(`rate(layer, k)`, `log_ratio(layer, that rate)`), the same bits; in C when compiled (then into the
+        layer's reused buffers: valid until the layer's next call)."""
         c = self.c
         if c is None:
             q = self.rate(layer, k)
             return q, self.log_ratio(layer, q)
         size = self.src[layer].shape[0]
-        q = np.empty(size, np.float32)
-        r = None if self.prev[layer] is None else np.empty(size, np.float32)
+        buf = self._bufs[layer]
+        if buf is None or buf[0].shape[0] != size:
+            buf = self._bufs[layer] = (np.empty(size, np.float32), np.empty(size, np.float32))
+        q, r = buf[0], None if self.prev[layer] is None else buf[1]
         c.ratio(self.tr[layer], self.src[layer], self.occ[layer], self.tokens[layer], k, self.m,
                 None if r is None else self.prev_idx[layer], q, r)
         if r is not None:
