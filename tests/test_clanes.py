@@ -205,11 +205,11 @@ def _layer_reads(path, odirect: bool, registered: bool, misses: list[int]) -> tu
     r = SliceReader([path], 3, odirect=odirect)
     try:
         if registered:
-            ids = [r.register(path, off, NB2, v.addr_of(off)) for (off, _), v in zip(TENSORS, res)]
+            ids = [r.register(path, off, NB2, v.addr_of(off)) for (off, _), v in zip(TENSORS, res, strict=True)]
             futs = r.submit_registered(ids, misses)
         else:
             futs = r.submit_layer([(path, [(off + e * NB2, NB2, v.addr_of(off + e * NB2), None) for e in misses])
-                                   for (off, _), v in zip(TENSORS, res)])
+                                   for (off, _), v in zip(TENSORS, res, strict=True)])
         got = [f.result()[0] for f in futs]
         return [ctypes.string_at(v.base, v.total) for v in res], got
     finally:
@@ -225,7 +225,7 @@ def test_registered_tensors_read_the_same_bytes_to_the_same_addresses(blob, impl
     new = _layer_reads(blob, odirect, True, misses)
     assert new == old
     full = blob.read_bytes()
-    for (off, _), data, v in zip(TENSORS, new[0], [Reservation(1, o) for o, _ in TENSORS]):
+    for (off, _), data, v in zip(TENSORS, new[0], [Reservation(1, o) for o, _ in TENSORS], strict=True):
         for e in misses:
             a = v.addr_of(off + e * NB2) - v.base  # the same layout in a fresh reservation of this offset
             assert data[a:a + NB2] == full[off + e * NB2:off + (e + 1) * NB2]
@@ -245,12 +245,12 @@ def test_registered_reads_queue_in_submit_groups_order(blob, monkeypatch):
     r = SliceReader([blob], 1, odirect=False)
     c = r._c
     try:
-        ids = [r.register(blob, off, NB2, v.addr_of(off)) for (off, _), v in zip(TENSORS, res)]
+        ids = [r.register(blob, off, NB2, v.addr_of(off)) for (off, _), v in zip(TENSORS, res, strict=True)]
         hold = c.submit_hold(0)
         Hold(r).wait_holding(1)
         a = (ctypes.c_void_p * 3)()
         assert c.q.bmoe_lanes_submit_layer(c.handle, 3, (ctypes.c_int * 3)(*ids), 3, (ctypes.c_int * 3)(*misses), a)
-        flat = [x for (off, _), v in zip(TENSORS, res) for e in misses for x in
+        flat = [x for (off, _), v in zip(TENSORS, res, strict=True) for e in misses for x in
                 (off + e * NB2, NB2, v.addr_of(off + e * NB2))]
         b = (ctypes.c_void_p * 3)()
         assert c.q.bmoe_lanes_submit_groups(c.handle, 3, (ctypes.c_int * 3)(0, 0, 0), (ctypes.c_int * 3)(3, 3, 3),

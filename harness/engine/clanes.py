@@ -252,7 +252,7 @@ class CLanes:
         if ok <= 0:
             raise RuntimeError("submit after close" if ok == 0 else f"tensor ids {list(ids)}: not all registered")
         err = self._reg_error_of
-        return [LaneRead(self, g, None, err[t]) for g, t in zip(gs, ids)]
+        return [LaneRead(self, g, None, err[t]) for g, t in zip(gs, ids, strict=True)]
 
     def submit1(self, file: int, pos: int, length: int, addr: int, tag: int | None, error_of: ErrorOf,
                 speculative: bool = False) -> LaneRead:
