@@ -249,7 +249,7 @@ def test_registered_reads_queue_in_submit_groups_order(blob, monkeypatch):
         hold = c.submit_hold(0)
         Hold(r).wait_holding(1)
         a = (ctypes.c_void_p * 3)()
-        assert c.q.bmoe_lanes_submit_layer(c.handle, 3, (ctypes.c_int * 3)(*ids), 3, (ctypes.c_int * 3)(*misses), a)
+        assert c.q.bmoe_lanes_submit_layer(c.handle, 3, (ctypes.c_int * 3)(*ids), 3, (ctypes.c_int * 3)(*misses), a, 1)
         flat = [x for (off, _), v in zip(TENSORS, res, strict=True) for e in misses for x in
                 (off + e * NB2, NB2, v.addr_of(off + e * NB2))]
         b = (ctypes.c_void_p * 3)()

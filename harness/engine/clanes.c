@@ -255,9 +255,9 @@ static grp *new_group(int n, int spec) {
     return g;
 }
 
-/* queue the built groups out[0..ngroups) (total reads; < 0: one could not be built) in order, one wake for all;
-   1, or 0 (closed, or no memory) with the groups freed */
-static int enqueue(lanes_t *L, int ngroups, grp **out, int total, int spec) {
+/* queue the built groups out[0..ngroups) (total reads; < 0: one could not be built) in order, one wake for all
+   (none if !wake: bmoe_lanes_wake does it); 1, or 0 (closed, or no memory) with the groups freed */
+static int enqueue(lanes_t *L, int ngroups, grp **out, int total, int spec, int wake) {
     pthread_mutex_lock(&L->mu);
     if (L->closed || total < 0) {
         pthread_mutex_unlock(&L->mu);
@@ -268,10 +268,18 @@ static int enqueue(lanes_t *L, int ngroups, grp **out, int total, int spec) {
         for (int i = 0; i < out[j]->n; i++) push_rd(spec ? &L->sh : &L->dh, spec ? &L->st : &L->dt, &out[j]->r[i]);
     /* one lane; it wakes the next (lane_main). Signalled after the unlock: a lane woken while the mutex is still
        held would block on it at once and need a second wake-up from the unlock */
-    int signal = total > 0 && L->idle > 0 && (!spec || L->spec_running < L->spec_max);
+    int signal = wake && total > 0 && L->idle > 0 && (!spec || L->spec_running < L->spec_max);
     pthread_mutex_unlock(&L->mu);
     if (signal) pthread_cond_signal(&L->work);
     return 1;
+}
+
+/* wake one idle lane if demand reads are queued (after bmoe_lanes_submit_layer with wake 0) */
+void bmoe_lanes_wake(lanes_t *L) {
+    pthread_mutex_lock(&L->mu);
+    int signal = L->dh != NULL && L->idle > 0;
+    pthread_mutex_unlock(&L->mu);
+    if (signal) pthread_cond_signal(&L->work);
 }
 
 /* `ngroups` groups in one call (a layer's tensors): group j reads counts[j] slices of files[j], its reads
@@ -290,7 +298,7 @@ int bmoe_lanes_submit_groups(lanes_t *L, int ngroups, const int *files, const in
         }
         if (!g) ngroups = j, total = -1;
     }
-    return enqueue(L, ngroups, out, total, spec);
+    return enqueue(L, ngroups, out, total, spec, 1);
 }
 
 /* a tensor whose expert e's slice is nb2 bytes at file position pos0 + e * nb2 and lands at addr0 + e * nb2;
@@ -313,8 +321,11 @@ int bmoe_lanes_register(lanes_t *L, int file, int64_t pos0, int64_t nb2, uintptr
 
 /* the demand reads of experts[0..nexp) of each registered tensor ids[j], as bmoe_lanes_submit_groups given each
    tensor's slices (pos0 + e * nb2, nb2, addr0 + e * nb2) in the experts' order: out[j] = tensor j's group.
-   1; 0 after close (or no memory); -1 if an id is not registered (nothing queued) */
-int bmoe_lanes_submit_layer(lanes_t *L, int ntensors, const int *ids, int nexp, const int *experts, grp **out) {
+   1; 0 after close (or no memory); -1 if an id is not registered (nothing queued). wake 0: no lane is woken
+   (the caller builds its futures first, then calls bmoe_lanes_wake: on a busy machine the woken lane may take
+   the caller's CPU) */
+int bmoe_lanes_submit_layer(lanes_t *L, int ntensors, const int *ids, int nexp, const int *experts, grp **out,
+                            int wake) {
     pthread_mutex_lock(&L->reg_mu);
     for (int j = 0; j < ntensors; j++)
         if (ids[j] < 0 || ids[j] >= L->nreg) {
@@ -339,7 +350,7 @@ int bmoe_lanes_submit_layer(lanes_t *L, int ntensors, const int *ids, int nexp, 
         }
     }
     pthread_mutex_unlock(&L->reg_mu);
-    return enqueue(L, ntensors, out, total, 0);
+    return enqueue(L, ntensors, out, total, 0, wake);
 }
 
 /* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:

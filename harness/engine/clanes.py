@@ -1,6 +1,10 @@
 """The compiled read lanes (clanes.c, loaded with ctypes): the same two priorities as harness.engine.lanes, with
 the reads done by pthreads that never take the GIL, and waited for with the GIL released.
 
+`CLanes.register` tells the lanes a routed-expert tensor once (its file, the file position and address of expert
+0's slice, the slice size); `CLanes.submit_layer` then queues a layer's misses of several registered tensors in one
+call in which C computes each read (as `submit_groups` given them: the same groups, reads and order), so the
+hook's thread builds no read lists. A library older than LAYER_VERSION has no such call (`CLanes.layer` False).
 `CLanes.submit` hands a group of reads of one file to the lanes in one call and returns a `LaneRead`, which
 behaves as the part of a `concurrent.futures.Future` the engine uses: `result()` (bytes read, read ns, summed
 over the group; raises the first failed read's error, as the Python lanes do), `done()`, `cancel()`,
@@ -50,7 +54,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         lib.bmoe_lanes_register.restype = _int
         lib.bmoe_lanes_register.argtypes = [_vp, _int, _i64, _i64, ctypes.c_size_t]
         lib.bmoe_lanes_submit_layer.restype = _int
-        lib.bmoe_lanes_submit_layer.argtypes = [_vp, _int, _vp, _int, _vp, _vp]
+        lib.bmoe_lanes_submit_layer.argtypes = [_vp, _int, _vp, _int, _vp, _vp, _int]
+        lib.bmoe_lanes_wake.argtypes = [_vp]
     return lib
 
 
@@ -247,12 +252,15 @@ class CLanes:
             ints[:n] = ids
             ints[n:n + m] = experts
             at = self._ints_at
-            ok = self.q.bmoe_lanes_submit_layer(self.handle, n, at, m, at + _INT * n, self._outs_at)
+            ok = self.q.bmoe_lanes_submit_layer(self.handle, n, at, m, at + _INT * n, self._outs_at, 0)
             gs = self._outs[:n]
-        if ok <= 0:
-            raise RuntimeError("submit after close" if ok == 0 else f"tensor ids {list(ids)}: not all registered")
-        err = self._reg_error_of
-        return [LaneRead(self, g, None, err[t]) for g, t in zip(gs, ids, strict=True)]
+        try:
+            if ok <= 0:
+                raise RuntimeError("submit after close" if ok == 0 else f"tensor ids {list(ids)}: not all registered")
+            err = self._reg_error_of
+            return [LaneRead(self, g, None, err[t]) for g, t in zip(gs, ids, strict=True)]
+        finally:  # the futures first: on a busy machine the lane woken may take this thread's CPU (caches cold)
+            self.q.bmoe_lanes_wake(self.handle)
 
     def submit1(self, file: int, pos: int, length: int, addr: int, tag: int | None, error_of: ErrorOf,
                 speculative: bool = False) -> LaneRead:

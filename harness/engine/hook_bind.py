@@ -105,7 +105,8 @@ class BindStage:
         return self.reader.submit_many(b.et.path, self._reads(b, experts))
 
     def _submit_layer(self, bounds: list[Bound], experts: list[int]) -> None:
-        """_submit_many for each of a layer's bound tensors, in one reader call (reader.submit_layer)."""
+        """_submit_many for each of a layer's bound tensors, in one reader call: reader.submit_registered given the
+        expert ids when the tensors are registered (_bind), else reader.submit_layer given each read."""
         if bounds[0].lane_id >= 0:  # registered (_bind): the reader computes each read
             futs = self.reader.submit_registered([b.lane_id for b in bounds], experts)  # type: ignore[union-attr]
         else:

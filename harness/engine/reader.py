@@ -8,7 +8,8 @@ the bytes that land are identical either way.
 The lanes have two priorities (harness.engine.lanes): demand reads (`submit`) always go first; speculative
 ones (`submit_speculative`, prefetch) run only on lanes with no demand work, at most `spec_max` at a time;
 `promote` moves a queued speculative read ahead when a demand read needs its bytes. `submit_many` hands one
-tensor's missed slices over in one call. The lanes are the compiled ones (harness.engine.clanes: no GIL on the
+tensor's missed slices over in one call; `register` + `submit_registered` a layer's tensors' misses given only the
+expert ids (the hook's path without --io-trace). The lanes are the compiled ones (harness.engine.clanes: no GIL on the
 lanes) when built, else the Python ones (BMOE_PURE_PYTHON_LANES=1 forces them); the bytes are the same.
 """
 
