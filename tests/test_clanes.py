@@ -14,7 +14,7 @@ import pytest
 from harness.engine import clanes
 from harness.engine.read_group import Gather, chunks, wait_done
 from harness.engine.reader import SliceReader
-from harness.engine.vm import PAGE, Reservation
+from harness.engine.vm import PAGE, Reservation, SharedSlot
 from tests.lane_helpers import Hold, impl_fixture  # noqa: F401 - the `impl` fixture
 
 SIZE = 3 * 1024 * 1024 + 1234  # not a whole number of pages: the last O_DIRECT read is short of its superset
@@ -189,3 +189,107 @@ def test_gather_and_wait_done():
     assert g.result() == (7, 3) and g.done() and g.exception() is None
     wait_done([a, b, c])  # a cancelled one does not raise
     assert [len(x) for x in chunks(list(range(10)), 4)] == [3, 3, 2, 2] and chunks([1], 4) == [[1]]
+
+
+# -- registered tensors: a layer's misses in one call, C computing each read (SliceReader.submit_registered) -----
+NB2 = 5000  # a slice size that is not a whole number of pages: O_DIRECT reads neighbouring bytes around each
+TENSORS = [(1234, 40), (1234 + 40 * NB2, 40), (700_001, 50)]  # (file offset, experts) of a layer's 3 tensors
+
+
+def _layer_reads(path, odirect: bool, registered: bool, misses: list[int]) -> tuple[list[bytes], list[int]]:
+    """A layer's misses read into fresh reservations (one a SharedSlot view, as without a cache), either as
+    explicit (pos, len, addr) reads (submit_layer) or through registered tensors; every reservation's bytes and
+    each tensor's result()[0]."""
+    slot = SharedSlot(max(n * NB2 for _, n in TENSORS))
+    res = [Reservation(n * NB2, off) for off, n in TENSORS[:2]] + [slot.view(TENSORS[2][1] * NB2, TENSORS[2][0])]
+    r = SliceReader([path], 3, odirect=odirect)
+    try:
+        if registered:
+            ids = [r.register(path, off, NB2, v.addr_of(off)) for (off, _), v in zip(TENSORS, res, strict=True)]
+            futs = r.submit_registered(ids, misses)
+        else:
+            futs = r.submit_layer([(path, [(off + e * NB2, NB2, v.addr_of(off + e * NB2), None) for e in misses])
+                                   for (off, _), v in zip(TENSORS, res, strict=True)])
+        got = [f.result()[0] for f in futs]
+        return [ctypes.string_at(v.base, v.total) for v in res], got
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("odirect", [False, True], ids=["buffered", "odirect"])
+def test_registered_tensors_read_the_same_bytes_to_the_same_addresses(blob, impl, odirect):
+    """submit_registered (on the compiled lanes one C call computing each read) lands every byte, the slices'
+    and the O_DIRECT neighbours', where submit_layer with the (pos, len, addr) reads does, and counts the same."""
+    misses = [39, 0, 7, 8, 21]  # any order (the cache's), the first and last experts
+    old = _layer_reads(blob, odirect, False, misses)
+    new = _layer_reads(blob, odirect, True, misses)
+    assert new == old
+    full = blob.read_bytes()
+    for (off, _), data, v in zip(TENSORS, new[0], [Reservation(1, o) for o, _ in TENSORS], strict=True):
+        for e in misses:
+            a = v.addr_of(off + e * NB2) - v.base  # the same layout in a fresh reservation of this offset
+            assert data[a:a + NB2] == full[off + e * NB2:off + (e + 1) * NB2]
+    assert min(new[1]) >= len(misses) * NB2  # O_DIRECT: the pages around each slice too
+    if not odirect:
+        assert new[1] == [len(misses) * NB2] * 3
+
+
+def test_registered_reads_queue_in_submit_groups_order(blob, monkeypatch):
+    """On the compiled lanes bmoe_lanes_submit_layer queues the same groups and reads in the same order as
+    bmoe_lanes_submit_groups: one lane held while both are queued, then each read's start time and size."""
+    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    if clanes.load() is None:
+        pytest.fail("the compiled read lanes (_clanes*.so) are not built")
+    res = [Reservation(n * NB2, off) for off, n in TENSORS]
+    misses = [5, 2, 9]
+    r = SliceReader([blob], 1, odirect=False)
+    c = r._c
+    try:
+        ids = [r.register(blob, off, NB2, v.addr_of(off)) for (off, _), v in zip(TENSORS, res, strict=True)]
+        hold = c.submit_hold(0)
+        Hold(r).wait_holding(1)
+        a = (ctypes.c_void_p * 3)()
+        assert c.q.bmoe_lanes_submit_layer(c.handle, 3, (ctypes.c_int * 3)(*ids), 3, (ctypes.c_int * 3)(*misses), a, 1)
+        flat = [x for (off, _), v in zip(TENSORS, res, strict=True) for e in misses for x in
+                (off + e * NB2, NB2, v.addr_of(off + e * NB2))]
+        b = (ctypes.c_void_p * 3)()
+        assert c.q.bmoe_lanes_submit_groups(c.handle, 3, (ctypes.c_int * 3)(0, 0, 0), (ctypes.c_int * 3)(3, 3, 3),
+                                            (ctypes.c_int64 * len(flat))(*flat), 0, b)
+        c.release_hold(0)
+        hold.result()
+        runs = []
+        for gs in (a, b):
+            for g in gs:
+                out, d = (ctypes.c_int64 * 6)(), (ctypes.c_int64 * 8)()
+                c.lib.bmoe_lanes_collect(c.handle, g, out)
+                assert list(out)[2:] == [-1, -1, 0, 3]  # no failure, no fallback, none cancelled, 3 done
+                for i in range(3):
+                    c.q.bmoe_lanes_detail(g, i, d)
+                    runs.append((d[1], d[0]))  # started, bytes
+                c.q.bmoe_lanes_release(c.handle, g)
+        assert [t for t, _ in runs] == sorted(t for t, _ in runs)  # one lane: FIFO, a's reads then b's
+        assert [n for _, n in runs] == [NB2] * 18
+    finally:
+        r.close()
+
+
+def test_a_library_without_the_layer_call_and_an_unknown_id(blob, monkeypatch):
+    """A built library older than the layer call (a stale build): submit_registered reads the same bytes
+    through submit_groups. An id never registered is an error, not a read."""
+    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    if clanes.load() is None:
+        pytest.fail("the compiled read lanes (_clanes*.so) are not built")
+    want = _layer_reads(blob, False, False, [3, 1])
+    monkeypatch.setattr(clanes, "LAYER_VERSION", 99)
+    r = SliceReader([blob], 2, odirect=False)
+    assert r._c is not None and not r._c.layer
+    r.close()
+    assert _layer_reads(blob, False, True, [3, 1]) == want
+    monkeypatch.undo()
+    r = SliceReader([blob], 2, odirect=False)
+    try:
+        assert r._c is not None and r._c.layer
+        with pytest.raises(RuntimeError, match="not all registered"):
+            r.submit_registered([0], [1])
+    finally:
+        r.close()

@@ -54,14 +54,23 @@ typedef struct {
     pthread_cond_t hold_cv;  /* tests: lanes held by hold jobs (file -1) until released */
     uint64_t released;
     int holding, hold_peak;
+    pthread_mutex_t reg_mu;  /* the registered tensors (bmoe_lanes_register), read by bmoe_lanes_submit_layer */
+    struct tensor_t *reg;
+    int nreg, capreg;
 } lanes_t;
+
+/* a registered tensor: expert e's slice is nb2 bytes at file position pos0 + e * nb2, read to addr0 + e * nb2 */
+typedef struct tensor_t {
+    int file;
+    int64_t pos0, nb2, addr0;
+} tensor_t;
 
 typedef struct {
     lanes_t *L;
     int lane;
 } lane_arg;
 
-int bmoe_lanes_version(void) { return 3; }  /* 3: submit_groups */
+int bmoe_lanes_version(void) { return 4; }  /* 3: submit_groups; 4: register, submit_layer */
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -191,6 +200,7 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
     pthread_cond_init(&L->work, NULL);
     pthread_cond_init(&L->done, NULL);
     pthread_cond_init(&L->hold_cv, NULL);
+    pthread_mutex_init(&L->reg_mu, NULL);
     L->spec_max = spec_max;
     L->nfiles = nfiles;
     L->files = calloc((size_t)(nfiles > 0 ? nfiles : 1), sizeof *L->files);
@@ -245,6 +255,33 @@ static grp *new_group(int n, int spec) {
     return g;
 }
 
+/* queue the built groups out[0..ngroups) (total reads; < 0: one could not be built) in order, one wake for all
+   (none if !wake: bmoe_lanes_wake does it); 1, or 0 (closed, or no memory) with the groups freed */
+static int enqueue(lanes_t *L, int ngroups, grp **out, int total, int spec, int wake) {
+    pthread_mutex_lock(&L->mu);
+    if (L->closed || total < 0) {
+        pthread_mutex_unlock(&L->mu);
+        for (int j = 0; j < ngroups; j++) free(out[j]);
+        return 0;
+    }
+    for (int j = 0; j < ngroups; j++)
+        for (int i = 0; i < out[j]->n; i++) push_rd(spec ? &L->sh : &L->dh, spec ? &L->st : &L->dt, &out[j]->r[i]);
+    /* one lane; it wakes the next (lane_main). Signalled after the unlock: a lane woken while the mutex is still
+       held would block on it at once and need a second wake-up from the unlock */
+    int signal = wake && total > 0 && L->idle > 0 && (!spec || L->spec_running < L->spec_max);
+    pthread_mutex_unlock(&L->mu);
+    if (signal) pthread_cond_signal(&L->work);
+    return 1;
+}
+
+/* wake one idle lane if demand reads are queued (after bmoe_lanes_submit_layer with wake 0) */
+void bmoe_lanes_wake(lanes_t *L) {
+    pthread_mutex_lock(&L->mu);
+    int signal = L->dh != NULL && L->idle > 0;
+    pthread_mutex_unlock(&L->mu);
+    if (signal) pthread_cond_signal(&L->work);
+}
+
 /* `ngroups` groups in one call (a layer's tensors): group j reads counts[j] slices of files[j], its reads
    (pos, len, addr) in turn in `reads`; one lock and one wake for all. out[j] = group j; 0 after close */
 int bmoe_lanes_submit_groups(lanes_t *L, int ngroups, const int *files, const int *counts, const int64_t *reads,
@@ -261,17 +298,59 @@ int bmoe_lanes_submit_groups(lanes_t *L, int ngroups, const int *files, const in
         }
         if (!g) ngroups = j, total = -1;
     }
-    pthread_mutex_lock(&L->mu);
-    if (L->closed || total < 0) {
-        pthread_mutex_unlock(&L->mu);
-        for (int j = 0; j < ngroups; j++) free(out[j]);
-        return 0;
+    return enqueue(L, ngroups, out, total, spec, 1);
+}
+
+/* a tensor whose expert e's slice is nb2 bytes at file position pos0 + e * nb2 and lands at addr0 + e * nb2;
+   returns its id for bmoe_lanes_submit_layer, or -1 (no memory) */
+int bmoe_lanes_register(lanes_t *L, int file, int64_t pos0, int64_t nb2, uintptr_t addr0) {
+    pthread_mutex_lock(&L->reg_mu);
+    int id = -1;
+    if (L->nreg == L->capreg) {
+        int cap = L->capreg ? 2 * L->capreg : 256;
+        tensor_t *t = realloc(L->reg, (size_t)cap * sizeof *t);
+        if (t) L->reg = t, L->capreg = cap;
     }
-    for (int j = 0; j < ngroups; j++)
-        for (int i = 0; i < out[j]->n; i++) push_rd(spec ? &L->sh : &L->dh, spec ? &L->st : &L->dt, &out[j]->r[i]);
-    wake(L, total > 0 ? 1 : 0, spec);  /* one lane; it wakes the next (lane_main) */
-    pthread_mutex_unlock(&L->mu);
-    return 1;
+    if (L->nreg < L->capreg) {
+        id = L->nreg++;
+        L->reg[id] = (tensor_t){file, pos0, nb2, (int64_t)addr0};
+    }
+    pthread_mutex_unlock(&L->reg_mu);
+    return id;
+}
+
+/* the demand reads of experts[0..nexp) of each registered tensor ids[j], as bmoe_lanes_submit_groups given each
+   tensor's slices (pos0 + e * nb2, nb2, addr0 + e * nb2) in the experts' order: out[j] = tensor j's group.
+   1; 0 after close (or no memory); -1 if an id is not registered (nothing queued). wake 0: no lane is woken
+   (the caller builds its futures first, then calls bmoe_lanes_wake: on a busy machine the woken lane may take
+   the caller's CPU) */
+int bmoe_lanes_submit_layer(lanes_t *L, int ntensors, const int *ids, int nexp, const int *experts, grp **out,
+                            int wake) {
+    pthread_mutex_lock(&L->reg_mu);
+    for (int j = 0; j < ntensors; j++)
+        if (ids[j] < 0 || ids[j] >= L->nreg) {
+            pthread_mutex_unlock(&L->reg_mu);
+            return -1;
+        }
+    int total = 0;
+    for (int j = 0; j < ntensors; j++) {
+        grp *g = out[j] = new_group(nexp, 0);
+        if (!g) {
+            ntensors = j, total = -1;
+            break;
+        }
+        const tensor_t *t = &L->reg[ids[j]];
+        for (int i = 0; i < nexp; i++, total++) {
+            rd *r = &g->r[i];
+            int64_t off = (int64_t)experts[i] * t->nb2;
+            r->file = t->file;
+            r->pos = t->pos0 + off;
+            r->len = t->nb2;
+            r->addr = (char *)(uintptr_t)(t->addr0 + off);
+        }
+    }
+    pthread_mutex_unlock(&L->reg_mu);
+    return enqueue(L, ntensors, out, total, 0, wake);
 }
 
 /* one group of n reads of file `file`: reads[3i..3i+2] = position, length, address; returns the group (NULL:

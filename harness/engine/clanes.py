@@ -1,6 +1,10 @@
 """The compiled read lanes (clanes.c, loaded with ctypes): the same two priorities as harness.engine.lanes, with
 the reads done by pthreads that never take the GIL, and waited for with the GIL released.
 
+`CLanes.register` tells the lanes a routed-expert tensor once (its file, the file position and address of expert
+0's slice, the slice size); `CLanes.submit_layer` then queues a layer's misses of several registered tensors in one
+call in which C computes each read (as `submit_groups` given them: the same groups, reads and order), so the
+hook's thread builds no read lists. A library older than LAYER_VERSION has no such call (`CLanes.layer` False).
 `CLanes.submit` hands a group of reads of one file to the lanes in one call and returns a `LaneRead`, which
 behaves as the part of a `concurrent.futures.Future` the engine uses: `result()` (bytes read, read ns, summed
 over the group; raises the first failed read's error, as the Python lanes do), `done()`, `cancel()`,
@@ -18,9 +22,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
 
-VERSION = 3  # 3: bmoe_lanes_submit_groups
+VERSION = 3  # the oldest library used: 3, bmoe_lanes_submit_groups
+LAYER_VERSION = 4  # 4: bmoe_lanes_register, bmoe_lanes_submit_layer (an older library: CLanes.layer is False)
 _i64, _vp, _int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 ERR_SHORT = -1
+_INT = ctypes.sizeof(_int)
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.bmoe_lanes_new.restype = _vp
     lib.bmoe_lanes_new.argtypes = [_int, _int, _int, _vp, _vp, _vp]
@@ -44,6 +50,12 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.bmoe_lanes_submit_hold.argtypes = [_vp, _int, _int]
     lib.bmoe_lanes_release_hold.argtypes = [_vp, _int]
     lib.bmoe_lanes_holding.argtypes = [_vp, _vp]
+    if lib.bmoe_lanes_version() >= LAYER_VERSION:
+        lib.bmoe_lanes_register.restype = _int
+        lib.bmoe_lanes_register.argtypes = [_vp, _int, _i64, _i64, ctypes.c_size_t]
+        lib.bmoe_lanes_submit_layer.restype = _int
+        lib.bmoe_lanes_submit_layer.argtypes = [_vp, _int, _vp, _int, _vp, _vp, _int]
+        lib.bmoe_lanes_wake.argtypes = [_vp]
     return lib
 
 
@@ -189,6 +201,15 @@ class CLanes:
         self.on_fellback = on_fellback
         self.on_done: DoneOf | None = None
         self._closed = False
+        self.layer = lib.bmoe_lanes_version() >= LAYER_VERSION  # register and submit_layer are there
+        self._reg_error_of: list[ErrorOf] = []  # by registered tensor id
+        self._layer_lock = threading.Lock()  # submit_layer's argument buffers, filled in place (cheaper than new
+        self._scratch(256)  # ctypes arrays per call: measured in harness.replay.mgmt_profile at the 30B shape)
+
+    def _scratch(self, n: int) -> None:
+        """submit_layer's buffers for up to n tensor ids + expert ids and n groups."""
+        self._ints, self._outs = (_int * n)(), (_vp * n)()
+        self._ints_at, self._outs_at = ctypes.addressof(self._ints), ctypes.addressof(self._outs)
 
     def submit(self, file: int, flat: Sequence[int], tags: Sequence[int | None] | None,
                error_of: ErrorOf, speculative: bool = False) -> LaneRead:
@@ -209,6 +230,37 @@ class CLanes:
                                                (_i64 * len(flat))(*flat), 0, out):
             raise RuntimeError("submit after close")
         return [LaneRead(self, out[j], tags[j], error_of[j]) for j in range(n)]
+
+    def register(self, file: int, pos0: int, nb2: int, addr0: int, error_of: ErrorOf) -> int:
+        """A tensor of file `file` whose expert e's slice is nb2 bytes at pos0 + e * nb2, read to addr0 + e * nb2:
+        its id for submit_layer (needs `layer`)."""
+        tid = self.lib.bmoe_lanes_register(self.handle, file, pos0, nb2, addr0)
+        if tid < 0:
+            raise MemoryError("bmoe: the compiled read lanes could not register a tensor")
+        assert tid == len(self._reg_error_of)
+        self._reg_error_of.append(error_of)
+        return tid
+
+    def submit_layer(self, ids: Sequence[int], experts: Sequence[int]) -> list[LaneRead]:
+        """The demand reads of `experts`' slices of each registered tensor ids[j]: the same groups, reads and
+        order as submit_groups given each tensor's (pos0 + e * nb2, nb2, addr0 + e * nb2) in turn; untagged."""
+        n, m = len(ids), len(experts)
+        with self._layer_lock:
+            if n + m > len(self._ints):
+                self._scratch(2 * (n + m))
+            ints = self._ints
+            ints[:n] = ids
+            ints[n:n + m] = experts
+            at = self._ints_at
+            ok = self.q.bmoe_lanes_submit_layer(self.handle, n, at, m, at + _INT * n, self._outs_at, 0)
+            gs = self._outs[:n]
+        try:
+            if ok <= 0:
+                raise RuntimeError("submit after close" if ok == 0 else f"tensor ids {list(ids)}: not all registered")
+            err = self._reg_error_of
+            return [LaneRead(self, g, None, err[t]) for g, t in zip(gs, ids, strict=True)]
+        finally:  # the futures first: on a busy machine the lane woken may take this thread's CPU (caches cold)
+            self.q.bmoe_lanes_wake(self.handle)
 
     def submit1(self, file: int, pos: int, length: int, addr: int, tag: int | None, error_of: ErrorOf,
                 speculative: bool = False) -> LaneRead:

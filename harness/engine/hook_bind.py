@@ -73,6 +73,9 @@ class BindStage:
         if old and self.reader is not None:
             self.reader.release_mapped(et.path, et.abs_offset, et.nbytes, old)
         b = Bound(src, et, res, isolate=et.kind != self._last_kind)
+        register = getattr(self.reader, "register", None)  # a SliceReader's; not faults.FaultyReader's (per read)
+        if register is not None and self._iotrace is None:  # --io-trace: each read carries its tag (_reads)
+            b.lane_id = register(et.path, et.abs_offset, et.nb2, res.addr_of(et.abs_offset))
         if not b.isolate:
             self.last_addr[et.layer] = src
         self.bound[src] = b
@@ -102,8 +105,12 @@ class BindStage:
         return self.reader.submit_many(b.et.path, self._reads(b, experts))
 
     def _submit_layer(self, bounds: list[Bound], experts: list[int]) -> None:
-        """_submit_many for each of a layer's bound tensors, in one reader call (reader.submit_layer)."""
-        futs = self.reader.submit_layer([(b.et.path, self._reads(b, experts)) for b in bounds])
+        """_submit_many for each of a layer's bound tensors, in one reader call: reader.submit_registered given the
+        expert ids when the tensors are registered (_bind), else reader.submit_layer given each read."""
+        if bounds[0].lane_id >= 0:  # registered (_bind): the reader computes each read
+            futs = self.reader.submit_registered([b.lane_id for b in bounds], experts)  # type: ignore[union-attr]
+        else:
+            futs = self.reader.submit_layer([(b.et.path, self._reads(b, experts)) for b in bounds])
         self._t_submitted = time.perf_counter_ns()  # the rest of this mgmt section runs beside these reads
         inflight = self.inflight
         for b, f in zip(bounds, futs, strict=True):

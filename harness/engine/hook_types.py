@@ -22,6 +22,7 @@ class Bound:
     et: ExpertTensor
     res: Reservation
     isolate: bool  # answer True on its ask (not the last expert matmul of its layer)
+    lane_id: int = -1  # its id with the reader (reader.register) for submit_registered; -1: not registered
 
 
 @dataclass

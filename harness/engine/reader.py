@@ -8,7 +8,8 @@ the bytes that land are identical either way.
 The lanes have two priorities (harness.engine.lanes): demand reads (`submit`) always go first; speculative
 ones (`submit_speculative`, prefetch) run only on lanes with no demand work, at most `spec_max` at a time;
 `promote` moves a queued speculative read ahead when a demand read needs its bytes. `submit_many` hands one
-tensor's missed slices over in one call. The lanes are the compiled ones (harness.engine.clanes: no GIL on the
+tensor's missed slices over in one call; `register` + `submit_registered` a layer's tensors' misses given only the
+expert ids (the hook's path without --io-trace). The lanes are the compiled ones (harness.engine.clanes: no GIL on the
 lanes) when built, else the Python ones (BMOE_PURE_PYTHON_LANES=1 forces them); the bytes are the same.
 """
 
@@ -104,6 +105,7 @@ class SliceReader:
             self.fd_direct.clear()
         self.sizes = {p: os.fstat(fd).st_size for p, fd in self.fd_buf.items()}
         self.recorder: ReadRecorder | None = None  # --io-trace: told each tagged read's times on its lane
+        self._reg: list[tuple[Path, int, int, int]] = []  # registered tensors (register): path, pos0, nb2, addr0
         lib = clanes.load()
         self.lanes_impl = "c" if lib is not None else "python"
         self._c: clanes.CLanes | None = None
@@ -118,6 +120,8 @@ class SliceReader:
                                 self._fellback)
         self._c.on_done = self._c_done
         self._error_of = {p: self._error_maker(p) for p in self._files}
+        if self._c.layer:  # C computes each read (one Python call less per layer on the hook's thread)
+            self.submit_registered = self._c.submit_layer  # type: ignore[method-assign,assignment]
 
     # -- the compiled lanes (harness.engine.clanes) ---------------------------------------------------------
     @staticmethod
@@ -223,6 +227,22 @@ class SliceReader:
         return self._c.submit_groups([self._file_no[p] for p, _ in tensors], [len(r) for _, r in tensors], flat,
                                      [[r[3] for r in reads] if traced else None for _, reads in tensors],
                                      [self._error_of[p] for p, _ in tensors])  # type: ignore[return-value]
+
+    def register(self, path: Path, pos0: int, nb2: int, addr0: int) -> int:
+        """A tensor of `path` whose expert e's slice is nb2 bytes at pos0 + e * nb2 and lands at addr0 + e * nb2:
+        its id for submit_registered (on the compiled lanes, registered with them too)."""
+        if self._c is not None and self._c.layer:
+            tid = self._c.register(self._file_no[path], pos0, nb2, addr0, self._error_of[path])
+            assert tid == len(self._reg)
+        self._reg.append((path, pos0, nb2, addr0))
+        return len(self._reg) - 1
+
+    def submit_registered(self, ids: list[int], experts: list[int]) -> list[Future]:
+        """submit_layer of `experts`' slices of each registered tensor ids[j] (untagged), one Future per tensor.
+        On the compiled lanes this is clanes.CLanes.submit_layer (set in __init__): one call, C computes each read."""
+        reg = self._reg
+        return self.submit_layer([(path, [(pos0 + e * nb2, nb2, addr0 + e * nb2, None) for e in experts])
+                                  for path, pos0, nb2, addr0 in [reg[t] for t in ids]])
 
     def _read_run(self, path: Path, run: list[tuple[int, int, int, int | None]]) -> tuple[int, int]:
         got = ns = 0

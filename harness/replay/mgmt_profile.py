@@ -62,7 +62,7 @@ def _timed(name: str, fn: Callable[..., Any], runq: bool = False) -> Callable[..
 
 
 def install() -> None:
-    from harness.engine import cache, hook, prefetch, reader
+    from harness.engine import cache, clanes, hook, prefetch, reader
 
     H = hook.StreamHook
     top = ("_on_topk", "_bind", "_evict_now", "_finish_weights", "_run_taps", "_scan_dense")  # what mgmt_ns counts
@@ -73,9 +73,12 @@ def install() -> None:
         setattr(cache.ExpertCache, m, _timed("cache." + m, getattr(cache.ExpertCache, m)))
     for m in ("on_routed", "admit", "on_evicted"):
         setattr(prefetch.Prefetcher, m, _timed("prefetch." + m, getattr(prefetch.Prefetcher, m)))
-    for m in ("submit", "submit_speculative", "submit_many", "submit_layer"):
+    for m in ("submit", "submit_speculative", "submit_many", "submit_layer", "submit_registered"):
         if hasattr(reader.SliceReader, m):
             setattr(reader.SliceReader, m, _timed("reader." + m, getattr(reader.SliceReader, m)))
+    for m in ("submit_groups", "submit_layer"):  # the compiled lanes' calls, their ctypes arrays and futures
+        if hasattr(clanes.CLanes, m):
+            setattr(clanes.CLanes, m, _timed("clanes." + m, getattr(clanes.CLanes, m)))
     take = H.take_counters
     state = {"tokens": 0, "mgmt_ns": 0, "token_ns": 0, "last": 0}
 
