@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from harness.engine.cache import ExpertCache
     from harness.engine.prefetch import Prefetcher
 
+_perf_ns, _thread_ns = time.perf_counter_ns, time.thread_time_ns
+
 
 def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
     if after:  # a speculative read still writing into the slices
@@ -128,7 +130,7 @@ class AccountStage(BindStage):
         return None
 
     def _evict_now(self) -> None:
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        t0, c0 = _perf_ns(), _thread_ns()
         beside = bool(self.inflight)  # demand reads in flight: this runs beside them
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())

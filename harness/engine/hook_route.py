@@ -58,6 +58,14 @@ class _TopkHead(ctypes.Structure):
     _fields_ = _head_fields()
 
 
+_BYTES: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}  # n -> c_char * n
+
+
+def _bytes_type(n: int) -> type[ctypes.Array[ctypes.c_char]]:
+    t = _BYTES[n] = ctypes.c_char * n
+    return t
+
+
 def _text(name: bytes) -> str:
     return name.decode("utf-8", "replace")
 
@@ -112,7 +120,8 @@ class RouteStage(AccountStage, DenseStage):
                 if k != replay.k:
                     raise HookError(f"{_text(name)}: the route trace has {replay.k} ids, the graph selects {k}")
                 # before anything reads them: weights and matmuls follow the trace
-                (ctypes.c_char * len(row.packed)).from_address(h.data).raw = row.packed
+                n = len(row.packed)
+                (_BYTES.get(n) or _bytes_type(n)).from_address(h.data).raw = row.packed
                 flat_ids, lo, hi = row.ids, row.lo, row.hi
             else:
                 flat_ids = (ctypes.c_int32 * k).from_address(h.data)[:]
