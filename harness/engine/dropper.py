@@ -35,7 +35,8 @@ class DropBatch:
         return self._exc
 
     def result(self) -> None:
-        self._done.wait()
+        if not self._done.is_set():  # a released batch (the usual case when a key is re-read) takes no lock
+            self._done.wait()
         if self._exc is not None:
             raise self._exc
 

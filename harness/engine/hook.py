@@ -101,6 +101,9 @@ class StreamHook(RouteStage, TapStage):
         self.decode_index = -1
         self._first_moe_layer = min(layout.by_layer)
         self._routed: set[int] = set()  # layers whose routing node has been seen (it precedes their matmuls)
+        self._topk_layer: dict[bytes, int] = {}  # routing node name -> its layer (parsed once)
+        self._bound_all: set[int] = set()  # layers whose expert tensors are all bound (bound once, for good)
+        self._drop_bounds: dict[int, tuple[tuple[Bound, ...], int]] = {}  # such a layer: its bounds, their nb2 sum
         self._preloaded: set[int] = set()
         self._evict_due = False  # the last batch's evictions are still to be decided
         self._hideable_ns = 0  # mgmt time beside in-flight demand reads, hidden if the next wait is a real one

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from harness.engine.cache import ExpertCache
     from harness.engine.prefetch import Prefetcher
 
+_perf_ns, _thread_ns = time.perf_counter_ns, time.thread_time_ns
+
 
 def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
     if after:  # a speculative read still writing into the slices
@@ -56,6 +58,8 @@ class AccountStage(BindStage):
     _held: dict[int, set[tuple[int, int]]] | None  # layer -> its batch, accounted, not computed
     _deferred: dict[int, list[tuple[int, int]]]  # layer -> entries evicted while it was held
     _early: set[int]  # layers accounted (and read) at commit time, before their routing node
+    _bound_all: set[int]  # layers whose expert tensors are all bound
+    _drop_bounds: dict[int, tuple[tuple[Bound, ...], int]]  # such a layer: its bounds, one expert's bytes in them
     dropper: Dropper
     pending_drop: dict[tuple[int, int], DropBatch]
     _recent_drops: list[DropBatch]
@@ -74,54 +78,59 @@ class AccountStage(BindStage):
         self._account(il, ids.reshape(-1).tolist(), ids)
 
     def _account(self, il: int, flat_ids: list[int], ids: np.ndarray | None) -> RouteEvent | None:
-        """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order)."""
-        assert self.cache is not None
-        n_exp = self.layout.n_expert
-        order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
+        """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order; not
+        modified)."""
+        cache = self.cache
+        assert cache is not None
         preloaded: list[int] = []
         if self.preload and il not in self._preloaded:
             self._preloaded.add(il)
-            preloaded = self.cache.preload(il, range(n_exp))
+            preloaded = cache.preload(il, range(self.layout.n_expert))
         if self._evict_due:
             self._evict_now()
         # duplicates only promote, inside the cache; evictions are decided later (_evict_now), while this
         # batch's reads are in flight, so the policy's bookkeeping overlaps I/O instead of delaying it
-        res = self.cache.lookup_batch(il, flat_ids, evict=False)
-        self._evict_due = self.cache.enabled
+        res = cache.lookup_batch(il, flat_ids, evict=False)
+        self._evict_due = cache.enabled
+        hits, misses = res.hits, res.misses
         if self._held is not None:  # route-ahead: this batch's slices stay until the layer is computed
-            self._held[il] = {(il, e) for e in order}
-        if preloaded:
-            res.misses = sorted(set(preloaded) | set(res.misses))
+            self._held[il] = {(il, e) for e in flat_ids}
         c = self.counters
-        c.lookups += len(order)
-        c.hits += len(res.hits)
-        if not self.shared:  # shared slots: the previous batch's slices are simply overwritten
+        c.lookups += len(hits) + len(misses)  # the unique experts, each a hit or a miss
+        c.hits += len(hits)
+        if preloaded:
+            res.misses = misses = sorted(set(preloaded) | set(misses))
+        if res.evicted and not self.shared:  # shared slots: the previous batch's slices are simply overwritten
             self._drop(res.evicted)  # no cache: the previous batch
-        for e in res.misses:
-            f = self.pending_drop.pop((il, e), None)
-            if f is not None:
-                self.dropper.wait(f)
-        if res.misses:
+        if misses:
+            pending_drop = self.pending_drop
+            for e in misses:
+                f = pending_drop.pop((il, e), None)
+                if f is not None:
+                    self.dropper.wait(f)
             bounds = self.layer_bound.get(il)
             if bounds:
-                self._submit_layer(bounds, res.misses)
-        if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
-            self.pending[il] = res.misses  # some tensors of this layer not bound yet (first pass)
-        else:
-            self.pending.pop(il, None)
+                self._submit_layer(bounds, misses)
+        if il not in self._bound_all:
+            if len(self.layer_bound.get(il, ())) < len(self.layout.by_layer[il]):
+                self.pending[il] = misses  # some tensors of this layer not bound yet (first pass)
+            else:  # bound for good: nothing pending from now on
+                self._bound_all.add(il)
+                self.pending.pop(il, None)
         if self.prefetch is not None:
+            order = list(dict.fromkeys(flat_ids))  # unique, in order of first appearance
             last = order if ids is None or len(ids) == 1 else list(dict.fromkeys(ids[-1].tolist()))
-            for addr, f in self.prefetch.on_routed(il, res.hits, last, self.phase == 1):
+            for addr, f in self.prefetch.on_routed(il, hits, last, self.phase == 1):
                 self.spec_wait.setdefault(addr, []).append(f)
         if self.record_routes and ids is not None:
-            hits = set(res.hits)
-            ev = RouteEvent(self.phase, il, ids, {e: int(e in hits) for e in order})
+            hit = set(hits)
+            ev = RouteEvent(self.phase, il, ids, {e: int(e in hit) for e in dict.fromkeys(flat_ids)})
             self.routes.append(ev)
             return ev
         return None
 
     def _evict_now(self) -> None:
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        t0, c0 = _perf_ns(), _thread_ns()
         beside = bool(self.inflight)  # demand reads in flight: this runs beside them
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())
@@ -135,19 +144,33 @@ class AccountStage(BindStage):
         # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);
         # a later re-read of a key waits for its task; a speculative read still writing into an evicted
         # entry's slices is waited for first (prefetch)
-        pf, held = self.prefetch, self._held
+        if not evicted:
+            return
+        pf, held, of_layer = self.prefetch, self._held, self._drop_bounds
         work = []
+        nbytes = 0
         for key in evicted:
             if held and key in held.get(key[0], ()):  # route-ahead: its layer still computes with it; drop it after
                 self._deferred.setdefault(key[0], []).append(key)
                 continue
             after = pf.on_evicted(key) if pf is not None else None
-            bounds = tuple(self.layer_bound.get(key[0], ()))
-            if bounds:
-                work.append((key, bounds, after))
+            lb = of_layer.get(key[0]) or self._layer_drop_bounds(key[0])
+            if lb[0]:
+                work.append((key, lb[0], after))
+                nbytes += lb[1]
         if work:
-            f = self.dropper.add(work, sum(b.et.nb2 for _, bounds, _ in work for b in bounds))
-            for key, _, _ in work:
-                self.pending_drop[key] = f
-            if not self._recent_drops or self._recent_drops[-1] is not f:
-                self._recent_drops.append(f)
+            f = self.dropper.add(work, nbytes)
+            pending_drop = self.pending_drop
+            for w in work:
+                pending_drop[w[0]] = f
+            recent = self._recent_drops
+            if not recent or recent[-1] is not f:
+                recent.append(f)
+
+    def _layer_drop_bounds(self, il: int) -> tuple[tuple[Bound, ...], int]:
+        """Layer `il`'s bound tensors and the bytes of one expert's slices in them; kept once all are bound."""
+        bounds = tuple(self.layer_bound.get(il, ()))
+        lb = (bounds, sum(b.et.nb2 for b in bounds))
+        if len(bounds) == len(self.layout.by_layer[il]):
+            self._drop_bounds[il] = lb
+        return lb

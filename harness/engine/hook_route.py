@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness.engine.ggml import GGML_TYPE_I32, tensor_at
+from harness.engine.ggml import GGML_MAX_NAME, GGML_TYPE_I32, GgmlTensor
 from harness.engine.hook_account import AccountStage
 from harness.engine.hook_dense import DenseStage
 from harness.engine.hook_types import HookError, Tap, settle
@@ -33,6 +33,41 @@ if TYPE_CHECKING:
     from harness.engine.drop_stage import WeightsStage
     from harness.engine.route_ahead import RouteAhead
     from harness.engine.route_replay import RouteReplay
+
+_perf_ns, _thread_ns = time.perf_counter_ns, time.thread_time_ns
+
+
+def _head_fields() -> list[tuple[str, type]]:
+    """The fields of `struct ggml_tensor` a routing node's non-ask call reads, at their offsets (padding between):
+    one small ctypes view with scalar fields costs far less per call than the whole mirror and its arrays."""
+    G = GgmlTensor
+    want = [("type", ctypes.c_int, G.type.offset), ("ne0", ctypes.c_int64, G.ne.offset),
+            ("ne1", ctypes.c_int64, G.ne.offset + 8), ("nb1", ctypes.c_size_t, G.nb.offset + 8),
+            ("data", ctypes.c_void_p, G.data.offset), ("name", ctypes.c_char * GGML_MAX_NAME, G.name.offset)]
+    fields: list[tuple[str, type]] = []
+    pos = 0
+    for name, ty, off in want:
+        if off > pos:
+            fields.append((f"_pad{len(fields)}", ctypes.c_char * (off - pos)))
+        fields.append((name, ty))
+        pos = off + ctypes.sizeof(ty)
+    return fields
+
+
+class _TopkHead(ctypes.Structure):
+    _fields_ = _head_fields()
+
+
+_BYTES: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}  # n -> c_char * n
+
+
+def _bytes_type(n: int) -> type[ctypes.Array[ctypes.c_char]]:
+    t = _BYTES[n] = ctypes.c_char * n
+    return t
+
+
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", "replace")
 
 
 class RouteStage(AccountStage, DenseStage):
@@ -47,12 +82,15 @@ class RouteStage(AccountStage, DenseStage):
     _first_moe_layer: int
     _tap_due: int | None
     taps: list[Tap]
+    _topk_layer: dict[bytes, int]  # routing node name -> its layer
 
     def _on_topk(self, t: int) -> None:
-        t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        tt = tensor_at(t)
-        name = tt.name.decode()
-        il = int(name[len(self.topk_prefix):])
+        t0, c0 = _perf_ns(), _thread_ns()
+        h = _TopkHead.from_address(t)
+        name = h.name
+        il = self._topk_layer.get(name)
+        if il is None:  # once per routing node name
+            il = self._topk_layer[name] = int(name[len(self.topk_prefix):])
         self._routed.add(il)
         if self.taps:
             self._tap_due = il
@@ -64,49 +102,54 @@ class RouteStage(AccountStage, DenseStage):
             for la in [la for la in held if la < il or il == self._first_moe_layer]:
                 del held[la]
                 self._drop(self._deferred.pop(la, []))
-        if tt.type != GGML_TYPE_I32:
-            raise HookError(f"{name}: expected I32 expert ids, got ggml type {tt.type}")
-        k, n_tok, nb1 = int(tt.ne[0]), int(tt.ne[1]), int(tt.nb[1])
+        if h.type != GGML_TYPE_I32:
+            raise HookError(f"{_text(name)}: expected I32 expert ids, got ggml type {h.type}")
+        k, n_tok = h.ne0, h.ne1
         self.k_effective = k
-        if self.phase == 1 and il == self._first_moe_layer:
+        phase = self.phase
+        if phase == 1 and il == self._first_moe_layer:
             self.decode_index += 1
             if self._dense_scan and self.decode_index >= 1:
                 self._end_dense_scan()
         n_exp = self.layout.n_expert
         ids = view = None
-        if n_tok == 1 and not self._want_weights and ahead is None and (self.replay is None or self.phase == 1):
-            row = (ctypes.c_int32 * k).from_address(tt.data)  # decode fast path: no numpy
-            if self.replay is not None:
-                forced = self.replay.decode_row(il, self.decode_index)
-                if forced is not None:
-                    if len(forced) != k:
-                        raise HookError(f"{name}: the route trace has {len(forced)} ids, the graph selects {k}")
-                    row[:] = forced  # before anything reads them: weights and matmuls follow the trace
-            flat_ids = list(row)
-            lo, hi = min(flat_ids), max(flat_ids)
+        replay = self.replay
+        if n_tok == 1 and ahead is None and not self._want_weights and (replay is None or phase == 1):
+            row = replay.decode_row(il, self.decode_index) if replay is not None else None  # no numpy here
+            if row is not None:
+                if k != replay.k:
+                    raise HookError(f"{_text(name)}: the route trace has {replay.k} ids, the graph selects {k}")
+                # before anything reads them: weights and matmuls follow the trace
+                n = len(row.packed)
+                (_BYTES.get(n) or _bytes_type(n)).from_address(h.data).raw = row.packed
+                flat_ids, lo, hi = row.ids, row.lo, row.hi
+            else:
+                flat_ids = (ctypes.c_int32 * k).from_address(h.data)[:]
+                lo, hi = min(flat_ids), max(flat_ids)
         else:
+            nb1 = h.nb1
             stride = nb1 // 4
-            buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(tt.data)
+            buf = (ctypes.c_int32 * (stride * (n_tok - 1) + k)).from_address(h.data)
             view = np.lib.stride_tricks.as_strided(np.frombuffer(buf, dtype=np.int32), shape=(n_tok, k),
                                                    strides=(nb1, 4))
-            if self.replay is not None:
-                forced = self.replay.ids(il, self.phase, n_tok, self.decode_index)
+            if replay is not None:
+                forced = replay.ids(il, phase, n_tok, self.decode_index)
                 if forced is not None:
                     view[:, :] = forced  # before anything reads them: weights and matmuls follow the trace
             if ahead is not None:
                 if ahead.shape != view.shape:
-                    raise HookError(f"{name}: routed ahead {ahead.shape} ids, the graph selects {view.shape}")
+                    raise HookError(f"{_text(name)}: routed ahead {ahead.shape} ids, the graph selects {view.shape}")
                 self.route_ahead.score(ahead, view)
                 view[:, :] = ahead  # the committed routing, before the weights and the matmuls read the ids
             ids = view.copy()
             flat_ids = ids.reshape(-1).tolist()
             lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n_exp:
-            raise HookError(f"{name}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
+            raise HookError(f"{_text(name)}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
         st = self.stage
         if st is not None:
             assert ids is not None and view is not None
-            if st.on_topk(il, self.phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
+            if st.on_topk(il, phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
                 settle(self.counters, t0, c0)
                 return
         if self.cache is None or il in self._early:  # resident, or accounted and read at commit time

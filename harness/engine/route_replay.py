@@ -9,13 +9,24 @@ token s takes the trace's decode token s (cycling).
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from harness.engine.gguf_layout import ModelLayout
 from harness.errors import UserError
 from harness.formats.route_trace import PREFILL, Route, read_route_trace
+
+
+class DecodeRow(NamedTuple):
+    """One decode token's ids at one layer, in the forms the hook's one-token fast path uses."""
+
+    ids: list[int]  # read-only: shared by every use of the row
+    packed: bytes  # the ids as int32, native byte order: what the hook writes into the routing node
+    lo: int  # min(ids)
+    hi: int  # max(ids)
 
 
 class RouteReplay:
@@ -41,10 +52,11 @@ class RouteReplay:
             layer: [np.asarray(g[:k], dtype=np.int32) for g in groups] for layer, groups in decode.items()}
         if not self.decode:
             raise UserError(f"route trace {path}: no decode tokens to replay")
-        self._rows: dict[int, list[list[int]]] = {layer: [g.tolist() for g in gs] for layer, gs in self.decode.items()}
+        self._rows: dict[int, list[DecodeRow]] = {
+            layer: [_decode_row(g.tolist()) for g in gs] for layer, gs in self.decode.items()}
 
-    def decode_row(self, layer: int, decode_index: int) -> list[int] | None:
-        """The ids of one decode token (the hook's one-token fast path; the row `ids` tiles), or None."""
+    def decode_row(self, layer: int, decode_index: int) -> DecodeRow | None:
+        """One decode token's ids (the hook's one-token fast path; the row `ids` tiles), or None."""
         rows = self._rows.get(layer)
         return rows[decode_index % len(rows)] if rows else None
 
@@ -59,6 +71,10 @@ class RouteReplay:
         if not toks:
             return None
         return np.tile(toks[decode_index % len(toks)], (n_tok, 1))
+
+
+def _decode_row(ids: list[int]) -> DecodeRow:
+    return DecodeRow(ids, struct.pack(f"={len(ids)}i", *ids), min(ids), max(ids))
 
 
 def _routed(rows: list[Route]) -> tuple[dict[int, list[int]], list[tuple[int, list[int]]],
