@@ -314,7 +314,7 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
                             drop=drop, drop_replay=drop_replay, prefetch=prefetch, tracing=tracing,
-                            route_ahead=ahead)
+                            route_ahead=ahead, evict_thread=cfg.evict_thread)
     if prefetch is not None:
         prefetch.trace = tracing.io if tracing is not None else None
         if prefetch.router is not None:

@@ -115,6 +115,9 @@ class EngineConfig:
                               help="speculative (prefetch) reads in flight at most (0 = --io-threads - 1, at least 1); "
                               "demand reads always go first")
     odirect: bool = opt(True, "--no-odirect", stream_only=True, help="buffered reads instead of O_DIRECT")
+    evict_thread: bool = opt(True, "--no-evict-thread", stream_only=True,
+                             help="decide decode evictions on the compute thread instead of a helper thread (same "
+                             "decisions)")
     n_expert_used: int = opt(0, "--n-expert-used", lo=0, lossy="below the model's own",
                              help="active experts per token (0 = the model's own)")
     cache_policy: str = opt(ONLINE_DEFAULT, "--cache-policy", metavar="NAME", choices=_online_policies,

@@ -7,7 +7,8 @@ then passed again with `ask=False`. So:
 - a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor is bound
   (harness.engine.hook_bind); on every ask we wait for that tensor's reads. Before the first wait the cache
   decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
-  before they start) and the evicted slices are dropped off the compute thread (harness.engine.hook_account).
+  before they start; in decode on the evictor's helper thread, harness.engine.evictor) and the evicted slices are
+  dropped off the compute thread (harness.engine.hook_account).
   Non-last expert matmuls of a layer (gate, up) are isolated too, so the last one's reads (down) overlap their
   compute.
 - dense weights rebound to anonymous copies: harness.engine.hook_dense; taps: harness.engine.hook_taps;
@@ -29,6 +30,7 @@ from harness.engine.cache import ExpertCache
 from harness.engine.drop_stage import PREFIX as WEIGHTS_PREFIX
 from harness.engine.drop_stage import WeightsStage, is_final_weights
 from harness.engine.dropper import DropBatch, Dropper
+from harness.engine.evictor import Evictor
 from harness.engine.ggml import (
     GGML_OP_GET_ROWS,
     GGML_OP_MUL_MAT_ID,
@@ -71,7 +73,7 @@ class StreamHook(RouteStage, TapStage):
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
                  drop: DropRule | None = None, drop_replay: DropReplay | None = None,
                  prefetch: Prefetcher | None = None, tracing: Tracing | None = None,
-                 route_ahead: RouteAhead | None = None):
+                 route_ahead: RouteAhead | None = None, evict_thread: bool = False):
         self.layout = layout
         self.tracing = tracing  # --io-trace / --compute-trace (harness.engine.tracing); None: no cost
         self._iotrace = tracing.io if tracing is not None else None
@@ -128,6 +130,11 @@ class StreamHook(RouteStage, TapStage):
         self._early: set[int] = set()  # layers accounted (and read) at commit time, before their routing node
         self._held: dict[int, set[tuple[int, int]]] | None = None  # layer -> its batch, accounted, not computed
         self._deferred: dict[int, list[tuple[int, int]]] = {}  # layer -> entries evicted while it was held
+        # decode evictions on a helper thread (harness.engine.evictor), where nothing else reads the cache between a
+        # batch's first expert matmul and the next layer's lookups: not with read-ahead (it admits right after the
+        # evictions), route-ahead (held batches) or router weights (drops read the residency)
+        self.evictor = (Evictor() if evict_thread and cache is not None and cache.enabled and reader is not None
+                        and prefetch is None and route_ahead is None and not self._want_weights else None)
         if route_ahead is not None:
             self.taps.append(route_ahead.tap)
             if cache is not None and cache.enabled and reader is not None and not self.shared:
@@ -180,7 +187,7 @@ class StreamHook(RouteStage, TapStage):
                     if b is None:
                         return False
                     if self._evict_due or (self.prefetch is not None and self.prefetch.planned):
-                        self._evict_now()  # the last batch's reads are in flight now: decide evictions meanwhile
+                        self._evict_now(True)  # the last batch's reads are in flight now: decide evictions meanwhile
                     futs = self.inflight.pop(src, None)
                     if futs:
                         self._wait(futs)
@@ -214,6 +221,7 @@ class StreamHook(RouteStage, TapStage):
         return r
 
     def take_counters(self) -> TokenCounters:
+        self._join_evict()
         if self._evict_due:  # settle the last batch's evictions (normally done at its first wait)
             self._evict_now()
         if self.prefetch is not None:
@@ -231,6 +239,8 @@ class StreamHook(RouteStage, TapStage):
         return c
 
     def close(self) -> None:
+        if self.evictor is not None:
+            self.evictor.close()
         self.dropper.close()
 
     def raise_if_failed(self) -> None:

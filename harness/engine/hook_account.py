@@ -1,7 +1,8 @@
 """The hook's accounting stage: a layer batch's cache lookups, the reads of its misses, its evictions and drops.
 
 - a layer batch (`_account`): its cache lookups and the reads of its misses; its evictions are decided later,
-  at the first expert-matmul ask (`_evict_now`), and the evicted slices dropped off the compute thread (`_drop`).
+  at the first expert-matmul ask (`_evict_now`; in decode on the evictor's thread, joined before the next
+  lookups), and the evicted slices dropped off the compute thread (`_drop`).
 - with `--prefetch K` / `--predict-prefetch` (a `prefetch.Prefetcher`), each layer's routing names experts of the
   next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
   are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads
@@ -30,6 +31,7 @@ from harness.engine.read_group import wait_done
 
 if TYPE_CHECKING:
     from harness.engine.cache import ExpertCache
+    from harness.engine.evictor import Evictor
     from harness.engine.prefetch import Prefetcher
 
 _perf_ns, _thread_ns = time.perf_counter_ns, time.thread_time_ns
@@ -55,6 +57,7 @@ class AccountStage(BindStage):
     preload: bool
     _preloaded: set[int]
     _evict_due: bool  # the last batch's evictions are still to be decided
+    evictor: Evictor | None  # decode evictions on a helper thread (None: on the compute thread)
     _held: dict[int, set[tuple[int, int]]] | None  # layer -> its batch, accounted, not computed
     _deferred: dict[int, list[tuple[int, int]]]  # layer -> entries evicted while it was held
     _early: set[int]  # layers accounted (and read) at commit time, before their routing node
@@ -80,6 +83,8 @@ class AccountStage(BindStage):
     def _account(self, il: int, flat_ids: list[int], ids: np.ndarray | None) -> RouteEvent | None:
         """The layer batch's cache lookups and reads (flat_ids: the experts to compute, in routing order; not
         modified)."""
+        if self.evictor is not None:
+            self._join_evict()
         cache = self.cache
         assert cache is not None
         preloaded: list[int] = []
@@ -129,8 +134,16 @@ class AccountStage(BindStage):
             return ev
         return None
 
-    def _evict_now(self) -> None:
+    def _evict_now(self, off_thread: bool = False) -> None:
+        """The last batch's evictions; `off_thread` (at its first expert-matmul ask only): in decode, on the
+        evictor's thread while the layer computes, joined before the cache is read again (_join_evict)."""
         t0, c0 = _perf_ns(), _thread_ns()
+        ev = self.evictor
+        if off_thread and ev is not None and self.phase == 1:
+            self._evict_due = False
+            ev.submit(self._evict_job)
+            settle(self.counters, t0, c0)
+            return
         beside = bool(self.inflight)  # demand reads in flight: this runs beside them
         self._evict_due = False
         self._drop(self.cache.evict_over_budget())
@@ -139,6 +152,16 @@ class AccountStage(BindStage):
         t1 = settle(self.counters, t0, c0)
         if beside:
             self._hideable_ns += t1 - t0
+
+    def _evict_job(self) -> None:
+        """On the evictor's thread (harness.engine.evictor): the batch's evictions and their drops."""
+        self._drop(self.cache.evict_over_budget())
+
+    def _join_evict(self) -> None:
+        """Before the cache is read again: the evictor's decision is in (its CPU counted as mgmt_bg_cpu_ns)."""
+        ev = self.evictor
+        if ev is not None and ev.pending:
+            self.counters.mgmt_bg_cpu_ns += ev.join()
 
     def _drop(self, evicted: list[tuple[int, int]]) -> None:
         # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);

@@ -32,6 +32,7 @@ class TokenCounters:
     mgmt_cpu_ns: int = 0  # the compute thread's own CPU time in the same sections (mgmt_ns is wall)
     mgmt_hidden_ns: int = 0  # of mgmt_ns, the time spent while demand reads were in flight that the token then
     # waited for (still running when the section ended): off the token's critical path
+    mgmt_bg_cpu_ns: int = 0  # CPU time of the decode evictions decided on the evictor's thread (not in mgmt_ns)
     io_ns: int = 0
     read_bytes: int = 0
     lookups: int = 0

@@ -315,7 +315,7 @@ class Session:
         if hook and cache is not None:
             c = counters if counters is not None else hook.take_counters()
             r.stall_ms, r.mgmt_ms, r.mgmt_cpu_ms = c.stall_ns / 1e6, c.mgmt_ns / 1e6, c.mgmt_cpu_ns / 1e6
-            r.mgmt_hidden_ms = c.mgmt_hidden_ns / 1e6
+            r.mgmt_hidden_ms, r.mgmt_bg_cpu_ms = c.mgmt_hidden_ns / 1e6, c.mgmt_bg_cpu_ns / 1e6
             r.io_ms = c.io_ns / 1e6
             r.compute_ms = wall_s * 1e3 - r.stall_ms - r.mgmt_ms
             r.read_bytes = c.read_bytes

@@ -69,6 +69,9 @@ class TokenRow:
     # of mgmt_ms, the time spent while demand reads were in flight that the token then waited for (a wait over
     # 50 us right after): hidden behind I/O, off the critical path; mgmt_ms - mgmt_hidden_ms is exposed
     mgmt_hidden_ms: float = UNMEASURED
+    # CPU time of the decode evictions decided on the evictor's helper thread (off the compute thread, so not in
+    # mgmt_ms or mgmt_cpu_ms; the compute thread's wait for it is in mgmt_ms); -1 where not measured
+    mgmt_bg_cpu_ms: float = UNMEASURED
 
 
 COLUMNS: list[str] = [f.name for f in fields(TokenRow)]

@@ -150,8 +150,8 @@ def _shares(c) -> str:
 def _table(res: Results) -> list[str]:
     vk = res.varying_keys
     head = ["cell", *vk, "runs", "tok/s [95% CI]", "x base [95% CI]", "s/token", "I/O wait", "cache mgmt",
-            "mgmt CPU", "mgmt % (wall / CPU / exposed)", "compute", "MiB read/tok", "hit %", "peak RSS MiB",
-            "cap peak MiB", "majflt/tok", "route agree", "prefetch MiB/tok", "prefetch wasted %"]
+            "mgmt CPU", "evictor CPU", "mgmt % (wall / CPU / exposed)", "compute", "MiB read/tok", "hit %",
+            "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree", "prefetch MiB/tok", "prefetch wasted %"]
     cap_used = any(math.isfinite(c.cap_peak_mib) for c in res.cells)
     rss_used = any(math.isfinite(c.peak_rss_mib) for c in res.cells)
     drop = set()
@@ -161,6 +161,8 @@ def _table(res: Results) -> list[str]:
         drop.add("peak RSS MiB")
     if not any(math.isfinite(c.mgmt_cpu_s) for c in res.cells):
         drop |= {"mgmt CPU", "mgmt % (wall / CPU / exposed)"}
+    if not any(math.isfinite(c.evictor_cpu_s) for c in res.cells):
+        drop.add("evictor CPU")
     if not any(math.isfinite(c.route_agree) for c in res.cells):
         drop.add("route agree")
     if not any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells):
@@ -174,7 +176,8 @@ def _table(res: Results) -> list[str]:
             "runs": runs, "tok/s [95% CI]": _iv(c.tok_s),
             "x base [95% CI]": "1 (base)" if c is res.base else _iv(c.ratio, 2),
             "s/token": _f(c.wall_s, 3), "I/O wait": _f(c.io_s, 3), "cache mgmt": _f(c.mgmt_s, 3),
-            "mgmt CPU": _f(c.mgmt_cpu_s, 3), "mgmt % (wall / CPU / exposed)": _shares(c),
+            "mgmt CPU": _f(c.mgmt_cpu_s, 3), "evictor CPU": _f(c.evictor_cpu_s, 3),
+            "mgmt % (wall / CPU / exposed)": _shares(c),
             "compute": _f(c.compute_s, 3), "MiB read/tok": _f(c.mib_per_tok, 1), "hit %": _f(c.hit_pct, 1),
             "peak RSS MiB": _f(c.peak_rss_mib, 0), "cap peak MiB": _f(c.cap_peak_mib, 0),
             "majflt/tok": _f(c.majflt_per_tok, 1), "route agree": _f(c.route_agree, 3),
@@ -201,6 +204,11 @@ def _table(res: Results) -> list[str]:
            "and *exposed* mgmt as shares of s/token: exposed is cache mgmt less the part spent while demand reads "
            "were in flight that the token then waited for (`mgmt_hidden_ms`: a wait over 50 us right after), "
            "i.e. the part on the token's critical path."] if "mgmt CPU" not in drop else []),
+        *(["*evictor CPU* is the CPU time of the decode eviction decisions (the policy's evict step and the drops' "
+           "hand-off) run on the engine's evictor thread while the layer's reads and matmuls run (`mgmt_bg_cpu_ms`; "
+           "`--no-evict-thread` runs them on the compute thread, inside cache mgmt): not in cache mgmt or mgmt CPU; "
+           "the compute thread's wait for it is in cache mgmt. 0 where the evictor is off (read-ahead, route-ahead, "
+           "router weights, no cache)."] if "evictor CPU" not in drop else []),
     ]
     if cap_used:
         notes.append("cap peak = the memory-cap cgroup's peak, page cache included.")

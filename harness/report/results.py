@@ -31,6 +31,7 @@ class CellResult:
     mgmt_s: float  # s/token of cache management
     mgmt_cpu_s: float  # of which the compute thread's own CPU time (NaN where the engine did not measure it)
     mgmt_hidden_s: float  # of which spent beside demand reads the token then waited for (NaN: unmeasured)
+    evictor_cpu_s: float  # decode evictions' CPU on the evictor's helper thread, not in mgmt_s (NaN: unmeasured)
     compute_s: float  # s/token residual (wall - stall - mgmt, as the engine writes it)
     wall_s: float  # s/token, mean over kept tokens
     mib_per_tok: float
@@ -179,6 +180,7 @@ def compute_results(data: CampaignData) -> Results:
             io_s=_nanmean(_io_wait(ok, w)) / 1000, mgmt_s=_nanmean(_col(ok, "mgmt_ms", w)) / 1000,
             mgmt_cpu_s=_nanmean(_col(ok, "mgmt_cpu_ms", w)) / 1000,
             mgmt_hidden_s=_nanmean(_col(ok, "mgmt_hidden_ms", w)) / 1000,
+            evictor_cpu_s=_nanmean(_col(ok, "mgmt_bg_cpu_ms", w)) / 1000,
             compute_s=_nanmean(_col(ok, "compute_ms", w)) / 1000, wall_s=_nanmean(walls) / 1000,
             mib_per_tok=_nanmean(rb) / 2**20, hit_pct=_last(ok, "cache_hit_pct"),
             peak_rss_mib=_max(ok, "rss_mib"), cap_peak_mib=max(caps) if caps else math.nan,
@@ -233,6 +235,7 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 def results_frame(res: Results) -> pd.DataFrame:
     rows = []
     prefetched = any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells)
+    evictor = any(math.isfinite(c.evictor_cpu_s) for c in res.cells)
     for c in res.cells:
         row = {"cell": c.label}
         for k in res.varying_keys:
@@ -249,6 +252,8 @@ def results_frame(res: Results) -> pd.DataFrame:
             "hit_pct": _r(c.hit_pct, 2), "peak_rss_mib": _r(c.peak_rss_mib, 1),
             "cap_peak_mib": _r(c.cap_peak_mib, 1), "majflt_per_tok": _r(c.majflt_per_tok, 2),
         })
+        if evictor:  # only where the engine measured it (every older folder's results.csv keeps its columns)
+            row["evictor_cpu_s_per_tok"] = _r(c.evictor_cpu_s)
         if prefetched:  # only where a cell read ahead (every other folder's results.csv keeps its columns)
             row.update({"prefetch_mib_per_tok": _r(c.prefetch_mib_per_tok, 3),
                         "prefetch_wasted_pct": _r(c.prefetch_wasted_pct, 2)})
