@@ -27,6 +27,8 @@ PyObject *since(PyObject *self, PyObject *args);
 PyObject *duel_step(PyObject *self, PyObject *args);
 PyObject *duel_scores(PyObject *self, PyObject *args);
 PyObject *duel_close(PyObject *self, PyObject *args); /* policyc_duel.c */
+int duel_rows(double *base, Py_ssize_t n, Buf *bidx, double w1, Buf *lr, double w4, double *c, Py_ssize_t na,
+              const double *ages, const double *since);
 
 /* policyc_lookup.c: ExpertCache.lookup_batch's loop */
 PyObject *lookup(PyObject *self, PyObject *args);

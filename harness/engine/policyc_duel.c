@@ -77,22 +77,9 @@ PyObject *duel_close(PyObject *self, PyObject *args) {
         since[b] = d;
         base[b] = (w0 + w2 * ft[(Py_ssize_t)arg - 1]) + w3 * (double)flq[b];
     }
-    if (bidx.held) {
-        const Py_ssize_t *bx = bidx.v.buf;
-        if (check_idx(bx, buf_len(&bidx), n, "bidx"))
-            goto done;
-        for (Py_ssize_t i = 0; i < buf_len(&bidx); i++)
-            base[bx[i]] += w1;
-    }
-    if (lr.held) {
-        const float *flr = lr.v.buf;
-        for (Py_ssize_t b = 0; b < n; b++)
-            base[b] += w4 * (double)flr[b];
-    }
     double *fc = c.v.buf;
-    for (Py_ssize_t i = 0; i < na; i++)
-        for (Py_ssize_t b = 0; b < n; b++)
-            fc[i * n + b] = base[b] - fag[i] * since[b];
+    if (duel_rows(base, n, &bidx, w1, &lr, w4, fc, na, fag, since))
+        goto done;
     Py_ssize_t row = 0;
     for (Py_ssize_t i = 1; i < na; i++)
         if (fd[i] > fd[row])

@@ -264,6 +264,30 @@ done:
     return ret;
 }
 
+/* markov-duel's score rows from the per-expert base (bias, staleness and rate terms in): + w1 where the expert is
+   in the batch (bidx, if held), + w4 * the Markov log-ratio (lr, float32, if held), then one row per candidate
+   age: c[i * n + b] = base[b] - ages[i] * since[b]. -1 with an exception set on a bad index. Shared by
+   duel_scores and duel_close (policyc_duel.c): the same operations in the same order, so the same bits. */
+int duel_rows(double *base, Py_ssize_t n, Buf *bidx, double w1, Buf *lr, double w4, double *c, Py_ssize_t na,
+              const double *ages, const double *since) {
+    if (bidx->held) {
+        const Py_ssize_t *bx = bidx->v.buf;
+        if (check_idx(bx, buf_len(bidx), n, "bidx"))
+            return -1;
+        for (Py_ssize_t i = 0; i < buf_len(bidx); i++)
+            base[bx[i]] += w1;
+    }
+    if (lr->held) {
+        const float *flr = lr->v.buf;
+        for (Py_ssize_t b = 0; b < n; b++)
+            base[b] += w4 * (double)flr[b];
+    }
+    for (Py_ssize_t i = 0; i < na; i++)
+        for (Py_ssize_t b = 0; b < n; b++)
+            c[i * n + b] = base[b] - ages[i] * since[b];
+    return 0;
+}
+
 /* duel_scores(lq, la, lr, since, bidx, w, ages, cands_out, row, es) -> list of float.
    markov-duel's candidates: base = w0 + w2 la + w3 lq (+ w1 at bidx, the decode batch's experts)
    (+ w4 lr), cands[i] = base - ages[i] since (float64, lq and lr float32 as the reference's log2 gives
@@ -300,22 +324,9 @@ PyObject *duel_scores(PyObject *self, PyObject *args) {
     const double *fla = la.v.buf, *fs = s.v.buf, *fag = ages.v.buf;
     for (Py_ssize_t b = 0; b < n; b++)
         base[b] = (w0 + w2 * fla[b]) + w3 * (double)flq[b];
-    if (bidx.held) {
-        const Py_ssize_t *bx = bidx.v.buf;
-        if (check_idx(bx, buf_len(&bidx), n, "bidx"))
-            goto done;
-        for (Py_ssize_t i = 0; i < buf_len(&bidx); i++)
-            base[bx[i]] += w1;
-    }
-    if (lr.held) {
-        const float *flr = lr.v.buf;
-        for (Py_ssize_t b = 0; b < n; b++)
-            base[b] += w4 * (double)flr[b];
-    }
     double *fc = c.v.buf;
-    for (Py_ssize_t i = 0; i < na; i++)
-        for (Py_ssize_t b = 0; b < n; b++)
-            fc[i * n + b] = base[b] - fag[i] * fs[b];
+    if (duel_rows(base, n, &bidx, w1, &lr, w4, fc, na, fag, fs))
+        goto done;
     es = PySequence_Fast(oes, "duel_scores: es must be a sequence");
     if (!es)
         goto done;
