@@ -4,7 +4,10 @@ off the compute thread (`--no-evict-thread`: on the compute thread, as before).
 The hook hands it one job at a time (`submit`) at the layer's first expert-matmul ask, and takes the result
 (`join`) before anything reads the cache again: the next layer's lookups, the token's counters. The cache is
 touched by one thread at a time, in the same order as on the compute thread, so every decision is the same.
-Two plain locks are the hand-off (a lock's release and acquire are one C call each; a Condition is Python).
+Two plain locks are the hand-off (a lock's release and acquire are one C call each; a Condition is Python),
+not a one-worker ThreadPoolExecutor: an empty job's submit + join cost the calling thread 6-8.5 us of CPU here
+against the executor's submit + result 17-23 us (20000 round trips, 3 rounds, warm, 2-core VM): ~1 ms per token
+less at 48 layers.
 """
 
 from __future__ import annotations
