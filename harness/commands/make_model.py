@@ -41,6 +41,16 @@ def _model_options() -> list[inspect.Parameter]:
             for f in flag_fields()]
 
 
+def _with_model_options(cmd):
+    """typer reads a command's options from its signature: the model's go between --shape and --progress, and
+    reach the command as keyword arguments named as their fields."""
+    own = inspect.signature(cmd).parameters
+    cmd.__signature__ = inspect.Signature(
+        [own["out"], own["shape"], *_model_options(), own["progress"], own["force"], own["dry_run"]])
+    return cmd
+
+
+@_with_model_options
 def make_model_cmd(
     out: Path = typer.Argument(
         ..., help="Output path, e.g. model.gguf; with --split N: model-0000i-of-0000N.gguf."
@@ -77,9 +87,3 @@ def make_model_cmd(
 
 def register(app: typer.Typer) -> None:
     app.command("make-model")(make_model_cmd)
-
-
-# typer reads the command's options from its signature: the declared ones, the model's between --shape and --progress
-_own = inspect.signature(make_model_cmd).parameters
-make_model_cmd.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [_own["out"], _own["shape"], *_model_options(), _own["progress"], _own["force"], _own["dry_run"]])
