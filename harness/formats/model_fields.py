@@ -39,8 +39,8 @@ class ModelFields:
     n_expert_used: int = spec(2, "--top-k", "Experts used per token.")
     n_embd: int = spec(256, "--embd", "Embedding width.")
     n_ff_exp: int = spec(256, "--expert-ff", "Expert FFN width.")
-    n_ff_shexp: int = spec(512, "--shared-ff", "Shared expert width (qwen2moe).")  # qwen2moe shared expert width
-    n_ff: int = spec(512, "--dense-ff", "FFN width of the dense arch (qwen3).")  # dense FFN width (qwen3 only)
+    n_ff_shexp: int = spec(512, "--shared-ff", "Shared expert width (qwen2moe).")
+    n_ff: int = spec(512, "--dense-ff", "FFN width of the dense arch (qwen3).")
     n_head: int = spec(4, "--heads", "Attention heads.")
     n_head_kv: int = spec(2, "--heads-kv", "KV heads.")
     head_dim: int = spec(64, "--head-dim", "Head dimension.")
