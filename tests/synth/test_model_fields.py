@@ -53,3 +53,22 @@ def test_a_recipe_takes_the_fields_marked_for_it():
     assert list(keys) == ["shape", *[f.name for f in recipe_fields()]]
     assert keys["arch_params"] == dict[str, int]  # a mapping in YAML, name/value pairs in the spec
     assert {"n_layer", "seed", "chat_template"} <= set(keys) and not {"rms_eps", "n_swa", "vocab_type"} & set(keys)
+
+
+def test_the_synth_messages_name_declared_flags():
+    """The refusals of harness/synth name the make-model flag to change: each one they spell is a declared one."""
+    import ast
+    import re
+    from pathlib import Path
+
+    cmd = typer.main.get_command(app).commands["make-model"]
+    known = {o for p in cmd.params for o in p.opts if o.startswith("--")}
+    root = Path(__file__).resolve().parents[2] / "harness" / "synth"
+    spelt = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", node.value):
+                    spelt.setdefault(flag, path.name)
+    assert {"--layers", "--heads-kv", "--expert-type"} <= set(spelt)
+    assert not {f: p for f, p in spelt.items() if f not in known}, "not a make-model flag"
