@@ -17,20 +17,15 @@ process. The process runs with BMOE_RUN_MARK=PIDFILE in its environment, and onl
 that mark is killed (a PID reused meanwhile is left alone); the run's log says so.
 
 `harness.targets.adb.AdbTarget` builds the campaign runner's Target on this; `bmoe-bench devices` uses
-`device_summaries` and `format_devices`.
+`device_summaries` (and `harness.adb_parse.format_devices`). The command lines, scripts and the shell v2 decoder
+are in `harness.adb_shell`, the pure parsers in `harness.adb_parse`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
-import re
-import shlex
-import signal
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -39,9 +34,18 @@ import adbutils
 from adbutils import AdbClient, AdbDevice
 
 from harness import devstate
+from harness.adb_parse import choose_serial, file_sha256, last_line, one_line, parse_df_available_kib, parse_sha256
+from harness.adb_shell import (
+    DESCRIBE_SCRIPT,
+    PID_WRAPPER,
+    REAP,
+    SHA256_SCRIPT,
+    LineCallback,
+    V2Stream,
+    script,
+    sh_join,
+)
 from harness.errors import UserError
-
-LineCallback = Callable[[str], None]
 
 SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the device after a push
 _SHORT_TIMEOUT_S = 60.0
@@ -51,107 +55,6 @@ _counter = itertools.count()
 
 # exceptions meaning the adb server or the device connection failed
 ADB_ERRORS = (adbutils.AdbError, OSError, EOFError)
-
-
-def sh_join(words: list[str] | tuple[str, ...]) -> str:
-    """One shell command line in which every word is a literal (shlex.quote on each)."""
-    return " ".join(shlex.quote(str(w)) for w in words)
-
-
-# ---- pure helpers --------------------------------------------------------------------------------------
-
-
-def choose_serial(devices: list[tuple[str, str]], serial: str | None, env_serial: str | None) -> str:
-    """Pick the device to use from `adb devices` (serial, state) pairs: the given serial, else
-    $ANDROID_SERIAL, else the only device in state "device". UserError listing them otherwise."""
-    listing = ", ".join(f"{s} ({st})" for s, st in devices) or "none"
-    want = serial or env_serial
-    if want:
-        states = {s: st for s, st in devices}
-        src = "target serial" if serial else "ANDROID_SERIAL"
-        if want not in states:
-            raise UserError(f"{src} {want}: no such adb device (adb devices lists: {listing})")
-        if states[want] != "device":
-            raise UserError(f"{src} {want}: adb device is {states[want]}, not ready (adb devices lists: {listing})")
-        return want
-    ready = [s for s, st in devices if st == "device"]
-    if not ready:
-        raise UserError(f"no adb device ready (adb devices lists: {listing}); connect one or set its serial")
-    if len(ready) > 1:
-        raise UserError(f"several adb devices ({listing}); set the campaign's target serial to one of them")
-    return ready[0]
-
-
-def parse_df_available_kib(text: str) -> int | None:
-    """Available KiB from `df -Pk DIR` output (POSIX format: header, then one line)."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if len(lines) < 2:
-        return None
-    fields = " ".join(lines[1:]).split()  # a long filesystem name may wrap onto two lines
-    return int(fields[3]) if len(fields) >= 6 and fields[3].isdigit() else None
-
-
-def parse_sha256(text: str) -> str | None:
-    m = re.match(r"\s*([0-9a-fA-F]{64})\b", text)
-    return m.group(1).lower() if m else None
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def exit_reason(code: int, stderr_tail: str) -> str:
-    """The one-line reason for a non-zero exit over adb. Exit codes there are 8-bit; 128+N usually means
-    killed by signal N (137: SIGKILL, which on a phone is often the low-memory killer)."""
-    head = f"engine exited {code}"
-    if 128 < code < 128 + 32:
-        try:
-            head += f" (killed by {signal.Signals(code - 128).name}?)"
-        except ValueError:
-            pass
-    tail = _last_line(stderr_tail)
-    return f"{head}: {tail}" if tail else head
-
-
-def _last_line(text: str, limit: int = 200) -> str:
-    for line in reversed(text.splitlines()):
-        s = line.strip()
-        if s:
-            return s if len(s) <= limit else s[: limit - 3] + "..."
-    return ""
-
-
-def _one_line(e: BaseException) -> str:
-    return _last_line(str(e)) or type(e).__name__
-
-
-# The device description in one round trip; constant text. getprop is absent on a Linux adbd.
-_DESCRIBE_SCRIPT = r"""for p in ro.product.manufacturer ro.product.model ro.product.device ro.board.platform \
-  ro.soc.model ro.build.version.release ro.build.version.sdk ro.product.cpu.abi; do
-  echo "$p=$(getprop "$p" 2>/dev/null)"
-done
-echo "uname=$(uname -srm 2>/dev/null)"
-echo "cpus=$(grep -c '^processor' /proc/cpuinfo 2>/dev/null)"
-echo "hardware=$(grep -m1 -E '^(Hardware|model name)' /proc/cpuinfo 2>/dev/null | cut -d: -f2-)"
-"""
-
-# Hash of one file ($1): sha256sum where present, else toybox's.
-_SHA256_SCRIPT = r"""if command -v sha256sum >/dev/null 2>&1; then exec sha256sum "$1"
-elif command -v toybox >/dev/null 2>&1; then exec toybox sha256sum "$1"
-else echo "no sha256sum or toybox on the device" >&2; exit 127; fi"""
-
-# Run a process with its PID in $0; the rest of the words are its argv.
-_PID_WRAPPER = 'export BMOE_RUN_MARK="$0" && echo $$ > "$0" && exec "$@"'
-# kill the process in pidfile $1 only if it carries the run's mark; print its PID if killed
-_REAP = (
-    'p=$(cat "$1" 2>/dev/null) || exit 0; '
-    'if [ -n "$p" ] && tr "\\000" "\\n" 2>/dev/null < "/proc/$p/environ" | grep -qxF -- "BMOE_RUN_MARK=$1"; '
-    'then kill -KILL "$p" && echo "$p"; fi; rm -f "$1"'
-)
 
 
 class DeviceGone(Exception):
@@ -179,7 +82,7 @@ class Device:
         try:
             infos = [(d.serial, d.state) for d in self.client.list()]
         except ADB_ERRORS as e:
-            raise UserError(f"adb is not usable: {_one_line(e)}") from e
+            raise UserError(f"adb is not usable: {one_line(e)}") from e
         self.serial = choose_serial(infos, serial, os.environ.get("ANDROID_SERIAL"))
         self._dev: AdbDevice = self.client.device(serial=self.serial)
         self._hash_cache: dict[tuple[str, int, int], str] = {}
@@ -202,32 +105,27 @@ class Device:
         except DeviceGone as e:
             raise UserError(f"adb device {self.serial}: cannot {what}: {e}") from e
         if code != 0:
-            raise UserError(f"adb device {self.serial}: cannot {what}: {_last_line(err or out) or f'exit {code}'}")
+            raise UserError(f"adb device {self.serial}: cannot {what}: {last_line(err or out) or f'exit {code}'}")
         return out
-
-    @staticmethod
-    def script(script: str, *args: str) -> str:
-        """The command line running a constant sh script with literal arguments $1..."""
-        return sh_join(["sh", "-c", script, "sh", *args])
 
     def gone_reason(self, e: BaseException | None = None) -> str:
         """Why the device is not answering, from what adb lists now."""
         try:
             states = {d.serial: d.state for d in self.client.list()}
         except ADB_ERRORS as le:
-            return f"adb server not answering ({_one_line(le)})"
+            return f"adb server not answering ({one_line(le)})"
         st = states.get(self.serial)
         if st is None:
             return f"{self.serial} is no longer listed by adb"
         if st != "device":
             return f"{self.serial} is {st}"
-        return f"{self.serial}: {_one_line(e) if e else 'connection lost'}"
+        return f"{self.serial}: {one_line(e) if e else 'connection lost'}"
 
     # ---- device-state reads ----------------------------------------------------------------------------
 
     def describe(self) -> dict:
         """What the device is: build properties (None on a Linux adbd), kernel, CPUs, memory."""
-        out = self.shell_ok(self.script(_DESCRIBE_SCRIPT), what="describe the device")
+        out = self.shell_ok(script(DESCRIBE_SCRIPT), what="describe the device")
         kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         props = {k: (v.strip() or None) for k, v in kv.items()}
         mem = devstate.parse_meminfo(self.shell(sh_join(["cat", "/proc/meminfo"]))[1])
@@ -253,7 +151,7 @@ class Device:
         readings (None/empty) and an "error" key with the reason."""
         t = time.time()
         try:
-            _, out, _ = self.shell(self.script(devstate.STATE_SCRIPT), timeout=10.0)
+            _, out, _ = self.shell(script(devstate.STATE_SCRIPT), timeout=10.0)
         except DeviceGone as e:
             s = devstate.parse_state_dump("", t=t)
             s["error"] = f"device gone: {e}"
@@ -274,9 +172,9 @@ class Device:
         return int(s) if code == 0 and s.isdigit() else None
 
     def remote_sha256(self, path: str) -> str | None:
-        code, out, err = self.shell(self.script(_SHA256_SCRIPT, path), timeout=_HASH_TIMEOUT_S)
+        code, out, err = self.shell(script(SHA256_SCRIPT, path), timeout=_HASH_TIMEOUT_S)
         if code == 127:
-            raise UserError(f"adb device {self.serial}: {_last_line(err)}")
+            raise UserError(f"adb device {self.serial}: {last_line(err)}")
         return parse_sha256(out) if code == 0 else None
 
     def free_kib(self, path: str) -> int | None:
@@ -321,7 +219,7 @@ class Device:
                 self._dev.sync.push(str(p), part, mode=mode)
             except ADB_ERRORS as e:
                 self.shell(sh_join(["rm", "-f", part]))
-                raise UserError(f"{kind} {p.name}: push to {self.serial} failed: {_one_line(e)}") from e
+                raise UserError(f"{kind} {p.name}: push to {self.serial} failed: {one_line(e)}") from e
             self.shell_ok(sh_join(["mv", "-f", part, remote]), what=f"rename {part}")
             got_size, got_hash = self.remote_size(remote), self.remote_sha256(remote)
         except DeviceGone as e:
@@ -363,9 +261,9 @@ class Device:
         pidfile = f"{cwd}/.bmoe-{os.getpid()}-{next(_counter)}.pid"
         secs = max(1, int(round(timeout_s)))
         cmd = " ".join([sh_join(["cd", cwd]), "&&",
-                        sh_join(["timeout", "-k", "5", str(secs), "sh", "-c", _PID_WRAPPER, pidfile, *argv])])
+                        sh_join(["timeout", "-k", "5", str(secs), "sh", "-c", PID_WRAPPER, pidfile, *argv])])
         t0 = time.monotonic()
-        stream = _V2Stream(log, on_stdout_line)
+        stream = V2Stream(log, on_stdout_line)
         try:
             conn = self._dev.open_transport(timeout=_SHORT_TIMEOUT_S)
             conn.send_command(f"shell,v2:{cmd}")
@@ -436,7 +334,7 @@ class Device:
         notes, left = [], []
         for pidfile in self._orphans:
             try:
-                code, out, _ = self.shell(sh_join(["sh", "-c", _REAP, "reap", pidfile]), timeout=10.0)
+                code, out, _ = self.shell(sh_join(["sh", "-c", REAP, "reap", pidfile]), timeout=10.0)
             except DeviceGone:
                 left.append(pidfile)
                 continue
@@ -465,55 +363,6 @@ class Device:
             pass
 
 
-class _V2Stream:
-    """Decodes adb shell v2 frames (id byte, little-endian u32 length, payload): 1 stdout, 2 stderr,
-    3 exit code. Writes both streams to the log and stdout lines to the callback."""
-
-    def __init__(self, log: TextIO, on_stdout_line: LineCallback | None):
-        self.buf = b""
-        self.log = log
-        self.cb = on_stdout_line
-        self.cb_error: BaseException | None = None
-        self.partial = {1: b"", 2: b""}
-        self.stderr_tail: deque[str] = deque(maxlen=20)
-        self.exit_code: int | None = None
-
-    def feed(self, data: bytes) -> None:
-        self.buf += data
-        while len(self.buf) >= 5 and self.exit_code is None:
-            kind, length = self.buf[0], int.from_bytes(self.buf[1:5], "little")
-            if len(self.buf) < 5 + length:
-                return
-            payload, self.buf = self.buf[5 : 5 + length], self.buf[5 + length :]
-            if kind == 3:
-                self.exit_code = payload[0] if payload else 255
-            elif kind in (1, 2):
-                self._lines(kind, payload)
-
-    def _lines(self, kind: int, payload: bytes) -> None:
-        data = self.partial[kind] + payload
-        *complete, self.partial[kind] = data.split(b"\n")
-        for raw in complete:
-            self._line(kind, raw.decode("utf-8", errors="replace").rstrip("\r"))
-
-    def _line(self, kind: int, text: str) -> None:
-        self.log.write(text + "\n")
-        self.log.flush()
-        if kind == 2:
-            self.stderr_tail.append(text)
-        elif self.cb is not None and self.cb_error is None:
-            try:
-                self.cb(text)
-            except BaseException as e:  # reported after the run
-                self.cb_error = e
-
-    def flush(self) -> None:
-        for kind in (1, 2):
-            if self.partial[kind]:
-                raw, self.partial[kind] = self.partial[kind], b""
-                self._line(kind, raw.decode("utf-8", errors="replace").rstrip("\r"))
-
-
 # ---- `bmoe-bench devices` -----------------------------------------------------------------------------
 
 
@@ -522,7 +371,7 @@ def device_summaries(host: str = "127.0.0.1", port: int = 5037, details: bool = 
     try:
         infos = AdbClient(host=host, port=port).list()
     except ADB_ERRORS as e:
-        raise UserError(f"adb is not usable (server {host}:{port}): {_one_line(e)}") from e
+        raise UserError(f"adb is not usable (server {host}:{port}): {one_line(e)}") from e
     out = []
     for info in infos:
         d: dict = {"serial": info.serial, "state": info.state}
@@ -539,22 +388,3 @@ def device_summaries(host: str = "127.0.0.1", port: int = 5037, details: bool = 
                 d["error"] = str(e)
         out.append(d)
     return out
-
-
-def format_devices(devs: list[dict], details: bool = False) -> list[str]:
-    """Lines for `bmoe-bench devices` (pure)."""
-    if not devs:
-        return ["no adb devices (adb server running, none attached or connected)"]
-    lines = []
-    for d in devs:
-        cols = [d["serial"], d["state"]]
-        if details and d["state"] == "device":
-            if "error" in d:
-                cols.append(f"error: {d['error']}")
-            else:
-                cols.append(d.get("model") or "(no getprop)")
-                cols.append(f"Android {d['android_release']}" if d.get("android_release") else (d.get("kernel") or ""))
-                free = d.get("free_mib")
-                cols.append(f"{free} MiB free in /data/local/tmp" if free is not None else "no /data/local/tmp")
-        lines.append("\t".join(cols))
-    return lines

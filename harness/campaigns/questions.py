@@ -9,8 +9,9 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.formats.campaign import QualitySpec
+from harness.formats.folder import PROMPTS_FILE, REPLIES_FILE
 from harness.formats.manifest import QualityRecord
-from harness.formats.replies import PROMPTS_FILE, REPLIES_FILE, PromptItem, prompts_text, read_replies
+from harness.formats.replies import PromptItem, prompts_text, read_replies
 from harness.quality import gsm8k
 from harness.quality.grade import GRADER, GRADER_VERSION
 

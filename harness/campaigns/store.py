@@ -31,8 +31,9 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.formats.files import disk_full, is_disk_full
-from harness.formats.manifest import MANIFEST, RUNS, Manifest, hash_files, load_manifest, run_dir
-from harness.formats.outcome import OUTCOME_FILE, Outcome, read_outcome, write_outcome
+from harness.formats.folder import MANIFEST, OUTCOME_FILE, RUNS
+from harness.formats.manifest import Manifest, hash_files, load_manifest, run_dir
+from harness.formats.outcome import Outcome, read_outcome, write_outcome
 
 
 def iso(t: float) -> str:

@@ -12,6 +12,7 @@ from harness.campaigns.schema import Campaign, load_campaign
 from harness.campaigns.yamlsrc import CampaignError
 from harness.errors import UserError
 from harness.formats.campaign import FlagValue
+from harness.formats.folder import COMPUTE_TRACE_FILE, IO_TRACE_FILE, PROMPTS_FILE, REPLIES_FILE
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,8 @@ class Plan:
 
 
 def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool,
-                     prompts: str = "prompts.jsonl", replies: str = "replies.jsonl",
-                     io_trace: str = "io_trace.csv", compute_trace: str = "compute_trace.csv") -> list[str]:
+                     prompts: str = PROMPTS_FILE, replies: str = REPLIES_FILE,
+                     io_trace: str = IO_TRACE_FILE, compute_trace: str = COMPUTE_TRACE_FILE) -> list[str]:
     """Everything after the engine executable: harness-owned flags, then the cell's flags (on an engines
     axis: with that engine's own flags added and its spellings applied; a quality campaign's questions and
     replies files: `prompts`, `replies`)."""

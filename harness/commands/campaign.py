@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from harness.errors import UserError
+from harness.formats.folder import FINDINGS, GRADES_FILE, MANIFEST, PLOTS_DIR, RESULTS
 
 
 class RunsFailed(UserError):
@@ -97,12 +98,12 @@ def run(
         except DiskFull as e:
             raise DiskFull(f"{e.head}; every run is kept: free space there and run `bmoe-bench report "
                            f"{shlex.quote(str(res.folder))}`") from None
-        typer.echo(f"report: {res.folder / 'findings.md'}")
+        typer.echo(f"report: {res.folder / FINDINGS}")
     typer.echo(f"{res.n_ok} runs ok, {res.n_failed} failed"
                f"{f', {res.n_skipped} finished earlier' if res.n_skipped else ''}: {res.folder}")
     if res.n_failed:
         raise RunsFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
-                         f"{res.folder / 'manifest.json'}); fix the cause and run `{resume} --retry-failed` "
+                         f"{res.folder / MANIFEST}); fix the cause and run `{resume} --retry-failed` "
                          f"(finished runs are kept)")
 
 
@@ -143,13 +144,13 @@ def report(
         if bad:
             raise UserError(check_message(folder, bad))
         note = unverified_note(folder)
-        graded = (Path(folder) / "grades.json").is_file()
-        typer.echo(f"{folder}: {'' if note else 'raw files unchanged since committed, '}findings.md"
+        graded = (Path(folder) / GRADES_FILE).is_file()
+        typer.echo(f"{folder}: {'' if note else 'raw files unchanged since committed, '}{FINDINGS}"
                    f"{', results.csv and grades.json' if graded else ' and results.csv'} match the raw data"
                    + (f"; {note}" if note else ""))
         return
     write_report(folder)
-    typer.echo(f"wrote {Path(folder) / 'findings.md'}, results.csv, plots/")
+    typer.echo(f"wrote {Path(folder) / FINDINGS}, {RESULTS}, {PLOTS_DIR}/")
 
 
 def report_all(bench: Path, check: bool) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from harness.adb import device_summaries, format_devices
+from harness.adb import device_summaries
+from harness.adb_parse import format_devices
 
 
 def register(app: typer.Typer) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
+from typing import get_type_hints
 
 import typer
 
+from harness.formats.model_fields import ModelFields, flag_fields, meta
 from harness.synth import archs, make_model, plan_model
 from harness.synth.shapes import SHAPES, shape_spec
 from harness.synth.tokenizer import TEMPLATES
@@ -20,6 +23,34 @@ def _human(n: int) -> str:
     raise AssertionError
 
 
+# the help of the flags whose choices come from the synth package (the others' is declared with their field)
+_HELP = {
+    "arch": f"qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe, "
+            f"{', '.join(archs.names())}.",
+    "chat_template": f"Chat template to carry: {', '.join(TEMPLATES)} (none: no template); default harmony for "
+                     "gpt-oss, else chatml. qwen3 adds its <think> tokens to the vocab.",
+}
+
+
+def _model_options() -> list[inspect.Parameter]:
+    """One option per model field that has a make-model flag (harness.formats.model_fields declares them), named
+    as the field: unset (None) keeps the shape's value."""
+    hints = get_type_hints(ModelFields)
+    return [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[f.name] | None,
+                              default=typer.Option(None, meta(f).flag, help=_HELP.get(f.name, meta(f).help)))
+            for f in flag_fields()]
+
+
+def _with_model_options(cmd):
+    """typer reads a command's options from its signature: the model's go between --shape and --progress, and
+    reach the command as keyword arguments named as their fields."""
+    own = inspect.signature(cmd).parameters
+    cmd.__signature__ = inspect.Signature(
+        [own["out"], own["shape"], *_model_options(), own["progress"], own["force"], own["dry_run"]])
+    return cmd
+
+
+@_with_model_options
 def make_model_cmd(
     out: Path = typer.Argument(
         ..., help="Output path, e.g. model.gguf; with --split N: model-0000i-of-0000N.gguf."
@@ -27,65 +58,14 @@ def make_model_cmd(
     shape: str = typer.Option(
         "tiny", "--shape", help=f"Named shape: {', '.join(SHAPES)}. Flags below override it."
     ),
-    arch: str | None = typer.Option(
-        None, "--arch", help=f"qwen3moe, qwen2moe, gpt-oss (MXFP4 experts, harmony template), qwen3 (dense), olmoe, "
-        f"{', '.join(archs.names())}."
-    ),
-    layers: int | None = typer.Option(None, "--layers", help="Number of layers."),
-    experts: int | None = typer.Option(None, "--experts", help="Routed experts per layer."),
-    top_k: int | None = typer.Option(None, "--top-k", help="Experts used per token."),
-    embd: int | None = typer.Option(None, "--embd", help="Embedding width."),
-    expert_ff: int | None = typer.Option(None, "--expert-ff", help="Expert FFN width."),
-    shared_ff: int | None = typer.Option(None, "--shared-ff", help="Shared expert width (qwen2moe)."),
-    dense_ff: int | None = typer.Option(None, "--dense-ff", help="FFN width of the dense arch (qwen3)."),
-    heads: int | None = typer.Option(None, "--heads", help="Attention heads."),
-    heads_kv: int | None = typer.Option(None, "--heads-kv", help="KV heads."),
-    head_dim: int | None = typer.Option(None, "--head-dim", help="Head dimension."),
-    vocab: int | None = typer.Option(None, "--vocab", help="Vocabulary size (>= 261; byte-level)."),
-    ctx: int | None = typer.Option(None, "--ctx", help="Training context length written to the metadata."),
-    expert_type: str | None = typer.Option(
-        None, "--expert-type", help="f32, q8_0, q4_k, mxfp4 or q5_0 (default: q4_k; mxfp4 for gpt-oss); iq2_s for "
-        "--dry-run sizing only."
-    ),
-    dense_type: str | None = typer.Option(
-        None, "--dense-type", help="f32, f16 or q8_0 (attention, embeddings)."
-    ),
-    chat_template: str | None = typer.Option(
-        None, "--chat-template",
-        help=f"Chat template to carry: {', '.join(TEMPLATES)} (none: no template); default harmony for gpt-oss, "
-        "else chatml. qwen3 adds its <think> tokens to the vocab.",
-    ),
-    swa: int | None = typer.Option(None, "--swa", help="Sliding-window size (gpt-oss; default 128)."),
-    seed: int | None = typer.Option(None, "--seed", help="Seed; same flags and seed give identical bytes."),
-    split: int | None = typer.Option(None, "--split", help="Number of shards."),
     progress: bool = typer.Option(False, "--progress", help="Show a progress bar on stderr."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan's size and files, write nothing."),
+    **fields: object,
 ) -> None:
     """Write a seeded, deterministic synthetic MoE GGUF (byte-level tokenizer; ChatML template, harmony for
     gpt-oss)."""
-    spec = shape_spec(
-        shape,
-        arch=arch,
-        n_layer=layers,
-        n_expert=experts,
-        n_expert_used=top_k,
-        n_embd=embd,
-        n_ff_exp=expert_ff,
-        n_ff_shexp=shared_ff,
-        n_ff=dense_ff,
-        n_head=heads,
-        n_head_kv=heads_kv,
-        head_dim=head_dim,
-        n_vocab=vocab,
-        ctx_len=ctx,
-        expert_type=expert_type,
-        dense_type=dense_type,
-        n_swa=swa,
-        chat_template=chat_template,
-        seed=seed,
-        n_split=split,
-    )
+    spec = shape_spec(shape, **fields)
     plan = plan_model(spec)
     if dry_run:
         paths = check_outputs(out, spec.n_split, force=True)

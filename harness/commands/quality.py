@@ -17,7 +17,8 @@ def grade(folder: Path = typer.Argument(..., help="quality campaign folder under
     """Grade every committed reply (runs/<id>/replies.jsonl) with the rule the manifest names, write
     grades.json and print each cell's accuracy with its exact 95% interval (findings.md: `report DIR`)."""
     from harness.formats.files import atomic_write_text
-    from harness.formats.grades import GRADES_FILE, grades_text
+    from harness.formats.folder import GRADES_FILE
+    from harness.formats.grades import grades_text
     from harness.report.collect import load_campaign_data
     from harness.report.quality import cell_quality, grade_folder
 

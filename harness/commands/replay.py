@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from harness.errors import UserError
+from harness.formats.folder import FINDINGS
 from harness.replay.bounds import BOUNDS
 from harness.replay.findings import findings_md
 from harness.replay.report import (
@@ -93,7 +94,7 @@ def replay_report_cmd(
         checks[t.name] = (log, lru_agreement(t, log.budget_mib) if log else None)
     command = "bmoe-bench replay-report " + " ".join(shlex.quote(str(p)) for p in traces) + \
         f" --out {shlex.quote(str(out))} --policies {policies} --steps {steps} --goal-trace {goal_trace}"
-    md = out / "findings.md"
+    md = out / FINDINGS
     previous = md.read_text() if md.exists() else None
     md.write_text(findings_md(loaded, results, checks, command, figures, csv_name, goal_trace, previous,
                               bounds=bound_results))

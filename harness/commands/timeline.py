@@ -9,11 +9,13 @@ import typer
 
 from harness.errors import UserError
 from harness.formats.files import atomic_write_bytes
-from harness.formats.traces import COMPUTE_FILE, IO_FILE, read_compute_trace, read_io_trace
+from harness.formats.folder import COMPUTE_TRACE_FILE, IO_TRACE_FILE
+from harness.formats.traces import read_compute_trace, read_io_trace
 
 
 def timeline_cmd(
-    run_dir: Path | None = typer.Argument(None, help=f"a campaign run folder holding {IO_FILE} and {COMPUTE_FILE}"),
+    run_dir: Path | None = typer.Argument(None, help=f"a campaign run folder holding {IO_TRACE_FILE} and "
+                                                     f"{COMPUTE_TRACE_FILE}"),
     io_path: Path | None = typer.Option(None, "--io", help="the io_trace file (bmoe --io-trace), instead of RUN_DIR"),
     compute_path: Path | None = typer.Option(None, "--compute", help="the compute_trace file (bmoe --compute-trace)"),
     token: int | None = typer.Option(None, "--token", help="decode token (step 1..n); default the median-wall one"),
@@ -25,7 +27,7 @@ def timeline_cmd(
     if run_dir is not None:
         if io_path is not None or compute_path is not None:
             raise UserError("timeline: give a RUN_DIR or --io and --compute, not both")
-        io_path, compute_path = run_dir / IO_FILE, run_dir / COMPUTE_FILE
+        io_path, compute_path = run_dir / IO_TRACE_FILE, run_dir / COMPUTE_TRACE_FILE
     if io_path is None or compute_path is None:
         raise UserError("timeline: give a run folder, or both --io FILE and --compute FILE")
     io_tr, ct = read_io_trace(io_path), read_compute_trace(compute_path)

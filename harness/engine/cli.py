@@ -52,7 +52,11 @@ def run(argv: list[str]) -> int:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, interrupt)
     if cfg.version:
-        print(f"bmoe {__version__} (llama-cpp-python 0.3.36 pinned)")
+        from harness.engine.model.pin import pinned_version
+
+        pin = pinned_version()
+        print(f"bmoe {__version__} (llama-cpp-python {pin} pinned)" if pin else
+              f"bmoe {__version__} (not installed: llama-cpp-python's pin unknown)")
         return 0
     if cfg.list_archs:
         from harness.engine.model.registry import list_archs_text

@@ -10,7 +10,7 @@ once as (location, message). A location is the path of keys and list indices.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_type_hints
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +25,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+from harness.formats.model_fields import ModelFields, recipe_fields
 
 FlagValue = bool | int | float | str | None  # true = bare flag, false/null = absent
 Loc = tuple[str | int, ...]
@@ -73,31 +75,19 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class Recipe(TypedDict, total=False):
-    """A make-model recipe: a named shape with some of its ModelSpec fields overridden."""
+def _recipe() -> type:
+    """A make-model recipe: a named shape with some of the model's fields overridden (those
+    harness.formats.model_fields marks for recipes; arch_params as a mapping, e.g. {mtp_bigram: 10})."""
+    hints = get_type_hints(ModelFields)
+    keys: dict[str, object] = {"shape": str, **{f.name: hints[f.name] for f in recipe_fields()}}
+    if "arch_params" in keys:
+        keys["arch_params"] = dict[str, int]
+    recipe = TypedDict("Recipe", keys, total=False)  # type: ignore[misc]
+    recipe.__pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[attr-defined]
+    return recipe
 
-    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
-    shape: str
-    arch: str
-    expert_type: str
-    dense_type: str
-    vocab_type: str
-    n_layer: int
-    n_expert: int
-    n_expert_used: int
-    n_embd: int
-    n_ff_exp: int
-    n_ff_shexp: int
-    n_ff: int
-    n_head: int
-    n_head_kv: int
-    head_dim: int
-    n_vocab: int
-    ctx_len: int
-    seed: int
-    n_split: int
-    chat_template: str
-    arch_params: dict[str, int]  # an arch module's integer knobs (ModelSpec.arch_params), e.g. {mtp_bigram: 10}
+
+Recipe = _recipe()
 
 
 class ModelSource(_Model):

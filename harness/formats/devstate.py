@@ -15,9 +15,8 @@ from pydantic import ValidationError
 
 from harness.errors import UserError
 from harness.formats.files import disk_full, is_disk_full
+from harness.formats.folder import STATE_FILE as STATE_FILE  # campaigns/runner.py imports it from here
 from harness.formats.record import Record, problem
-
-STATE_FILE = "state.jsonl"
 
 
 class CpuFreq(Record):

@@ -19,7 +19,6 @@ from harness.formats.record import Record, validate
 
 FORMAT = "bmoe-grades"
 VERSION = 1
-GRADES_FILE = "grades.json"
 
 
 class QuestionGrade(Record):

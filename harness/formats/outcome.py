@@ -18,8 +18,6 @@ from harness.formats.devstate import DeviceSample
 from harness.formats.files import atomic_write_json
 from harness.formats.record import Record, validate
 
-OUTCOME_FILE = "outcome.json"
-
 
 class GateRecord(Record):
     """What the cooldown gate did before the run."""

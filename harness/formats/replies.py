@@ -22,13 +22,12 @@ from typing import IO, Literal
 from pydantic import Field
 
 from harness.errors import UserError
+from harness.formats.folder import PROMPTS_FILE as PROMPTS_FILE  # campaigns/runner.py imports it from here
 from harness.formats.record import Record, validate
 
 PROMPTS_FORMAT = "bmoe-prompts"
 REPLIES_FORMAT = "bmoe-replies"
 VERSION = 1
-REPLIES_FILE = "replies.jsonl"  # a run folder's replies (harness.formats.manifest's run folder)
-PROMPTS_FILE = "prompts.jsonl"  # a campaign folder's questions, as handed to every run
 
 
 class PromptItem(Record):

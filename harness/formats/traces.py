@@ -45,7 +45,6 @@ from pathlib import Path
 from harness.errors import UserError
 
 IO_FORMAT, COMPUTE_FORMAT, VERSION = "io_trace", "compute_trace", 1
-IO_FILE, COMPUTE_FILE = "io_trace.csv", "compute_trace.csv"  # their names in a campaign's run folder
 CLOCK = "perf_counter_ns (CLOCK_MONOTONIC), absolute ns; shared by the io_trace and compute_trace of a run"
 KINDS = ("demand", "speculative")
 OUTCOMES = ("used", "wasted", "unknown")

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.formats.files import atomic_write_bytes, atomic_write_text, is_temp_name
-from harness.formats.grades import GRADES_FILE, grades_text
-from harness.formats.manifest import RUNS, load_manifest, raw_file_changes, unhashed_runs
+from harness.formats.folder import FINDINGS, GRADES_FILE, PLOTS_DIR, RESULTS, RUNS
+from harness.formats.grades import grades_text
+from harness.formats.manifest import load_manifest, raw_file_changes, unhashed_runs
 from harness.report.collect import load_campaign_data
 from harness.report.findings import render_findings
 from harness.report.peers import check_engines
@@ -24,7 +25,7 @@ from harness.report.quality import grade_folder, quality_section
 from harness.report.results import compute_results, results_frame
 from harness.report.traced import TIMELINE, shown
 
-CHECKED = ("findings.md", "results.csv")  # and grades.json in a quality campaign
+CHECKED = (FINDINGS, RESULTS)  # and grades.json in a quality campaign
 PLOTS = ("tok_s.png", "split.png", "tokens.png")  # what all_plots gives: checked present and whole
 _PNG_HEAD = b"\x89PNG\r\n\x1a\n"
 _PNG_TAIL = b"IEND\xaeB`\x82"
@@ -42,14 +43,14 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     data = load_campaign_data(folder)
     check_engines(data)  # an engines axis compares only cells that differ by the engine alone
     res = compute_results(data)
-    prev_path = folder / "findings.md"
+    prev_path = folder / FINDINGS
     previous = prev_path.read_text(encoding="utf-8") if prev_path.is_file() else None
     grades = grade_folder(data)  # None unless a quality campaign
     quality = quality_section(data, grades) if grades is not None else None
     findings = render_findings(data, res, previous, quality)
     csv = results_frame(res).to_csv(index=False, float_format="%.6g", lineterminator="\n")
     plots = all_plots(data, res) if with_plots else {}
-    texts = {"findings.md": findings, "results.csv": csv}
+    texts = {FINDINGS: findings, RESULTS: csv}
     if grades is not None:
         texts[GRADES_FILE] = grades_text(grades)
     names = (*PLOTS, *([TIMELINE] if shown(data) is not None else []))
@@ -61,9 +62,9 @@ def write_report(folder: Path | str) -> Report:
     rep = build_report(folder)
     for name, text in rep.texts.items():
         atomic_write_text(folder / name, text)
-    (folder / "plots").mkdir(exist_ok=True)
+    (folder / PLOTS_DIR).mkdir(exist_ok=True)
     for name, png in rep.plots.items():
-        atomic_write_bytes(folder / "plots" / name, png)
+        atomic_write_bytes(folder / PLOTS_DIR / name, png)
     return rep
 
 
@@ -78,8 +79,8 @@ def check_report(folder: Path | str) -> list[str]:
         if not p.is_file() or p.read_text(encoding="utf-8") != rep.texts[name]:
             bad.append(name)
     for name in rep.plot_names:
-        if not _whole_png(folder / "plots" / name):
-            bad.append(f"plots/{name}")
+        if not _whole_png(folder / PLOTS_DIR / name):
+            bad.append(f"{PLOTS_DIR}/{name}")
     bad += stray_temp_files(folder)
     return bad
 

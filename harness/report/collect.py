@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.formats.devstate import STATE_FILE, DeviceSample, read_states
+from harness.formats.devstate import DeviceSample, read_states
+from harness.formats.folder import COMPUTE_TRACE_FILE, IO_TRACE_FILE, METRICS_FILE, STATE_FILE
 from harness.formats.manifest import (
-    METRICS_FILE,
     Manifest,
     PlanCell,
     PlanRecord,
@@ -19,7 +19,7 @@ from harness.formats.manifest import (
     run_dir,
 )
 from harness.formats.metrics_csv import Metrics, read_metrics
-from harness.formats.traces import COMPUTE_FILE, IO_FILE, TraceFile, read_compute_trace, read_io_trace
+from harness.formats.traces import TraceFile, read_compute_trace, read_io_trace
 
 
 @dataclass
@@ -89,7 +89,7 @@ def load_campaign_data(folder: Path | str) -> CampaignData:
         except UserError as e:
             states, problem = [], problem or str(e)
         traces: dict[str, TraceFile | None] = {}
-        for key, name, read in (("io_trace", IO_FILE, read_io_trace), ("compute_trace", COMPUTE_FILE,
+        for key, name, read in (("io_trace", IO_TRACE_FILE, read_io_trace), ("compute_trace", COMPUTE_TRACE_FILE,
                                                                         read_compute_trace)):
             traces[key] = None
             if (d / name).is_file():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.formats.files import atomic_write_text
-from harness.formats.manifest import MANIFEST
+from harness.formats.folder import MANIFEST
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.results import CellResult, Results, compute_results
 from harness.stats import Interval

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 
 from harness.errors import UserError
+from harness.formats.folder import REPLIES_FILE
 from harness.formats.grades import Grades, QuestionGrade, RunGrades
 from harness.formats.manifest import QualityRecord, run_dir
-from harness.formats.replies import REPLIES_FILE, Reply, read_replies
+from harness.formats.replies import Reply, read_replies
 from harness.quality import gsm8k
 from harness.quality.grade import GRADER, GRADER_VERSION, grade
 from harness.quality.stats import Accuracy, McNemar, accuracy, mcnemar_exact, min_discordant_for

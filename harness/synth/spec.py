@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from harness.errors import UserError
+from harness.formats.model_fields import ModelFields
 from harness.synth.tokenizer import TEMPLATES, specials_for
 
 # arch -> what the writer knows how to lay out. qwen3moe/qwen2moe/gpt-oss are the engine's targets; qwen3 is the
@@ -24,42 +24,9 @@ BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxf
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """A synthetic model. Same spec (seed included) -> byte-identical file(s)."""
-
-    arch: str = "qwen3moe"
-    # blocks, except that qwen35moe/qwen3next count the trunk only and add their MTP blocks (block_count = n_layer +
-    # n_nextn) while glm4moe counts its nextn layer (the last of n_layer); the synthetic files' names carry n_layer
-    n_layer: int = 4
-    n_expert: int = 8
-    n_expert_used: int = 2
-    n_embd: int = 256
-    n_ff_exp: int = 256
-    n_ff_shexp: int = 512  # qwen2moe shared expert width
-    n_ff: int = 512  # dense FFN width (qwen3 only)
-    n_head: int = 4
-    n_head_kv: int = 2
-    head_dim: int = 64
-    n_vocab: int = 320
-    ctx_len: int = 4096
-    expert_type: str = "q4_k"
-    expert_down_type: str = ""  # the down projection's type where it differs (a K-quant file whose n_ff_exp is no
-    # multiple of 256 falls back to Q5_0/Q8_0 for down, as llama.cpp's quantiser does); "" = expert_type
-    dense_type: str = "f32"
-    seed: int = 0
-    n_split: int = 1
-    chat_template: str = ""  # a name in tokenizer.TEMPLATES (chatml, harmony, qwen3, none); "" = the arch's own
-    rms_eps: float = 1e-6
-    rope_freq_base: float = 1_000_000.0
-    rope_yarn_factor: float = 0.0  # 0: no RoPE scaling keys; else YaRN with this factor
-    rope_yarn_orig_ctx: int = 0  # YaRN's original context length
-    n_swa: int = 128  # sliding-window size (gpt-oss: every other layer, from layer 0, as llama.cpp's default)
-    # integer knobs of an arch that has its own module under harness/synth/archs/ (name, value), over that
-    # module's PARAMS defaults, e.g. (("q_lora_rank", 1024),)
-    arch_params: tuple[tuple[str, int], ...] = ()
-    # options of an arch laid out by its own module in harness.synth.archs (its OPTS names them), as pairs
-    arch_opts: tuple[tuple[str, Any], ...] = ()
-    expert_used_per_layer: tuple[int, ...] = ()  # write expert_used_count as this per-layer array (any MoE arch)
+class ModelSpec(ModelFields):
+    """A synthetic model: the fields harness.formats.model_fields declares, and what the arch registry says
+    of them. Same spec (seed included) -> byte-identical file(s)."""
 
     def param(self, name: str, default: int) -> int:
         return dict(self.arch_params).get(name, default)

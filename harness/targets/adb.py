@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.adb import Device, DeviceGone, exit_reason, sh_join
+from harness.adb import Device, DeviceGone
+from harness.adb_parse import exit_reason
+from harness.adb_shell import sh_join
 from harness.errors import UserError
 from harness.targets.base import LineCallback, RunOutcome
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.adb import sh_join
+from harness.adb_shell import sh_join
 from harness.errors import UserError
 from harness.targets import Target
 from harness.targets.adb import AdbTarget

@@ -1,5 +1,5 @@
-"""harness.adb's pure parts, without a device: device choice, quoting, df/sha256 parsing, the shell v2
-frame decoder, the sha256 fallback script."""
+"""harness.adb's pure parts (harness.adb_parse, harness.adb_shell), without a device: device choice,
+quoting, df/sha256 parsing, the shell v2 frame decoder, the sha256 fallback script."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import adb
+from harness import adb_parse, adb_shell
 from harness.errors import UserError
 
 
 def test_choose_serial_by_argument_env_or_single():
     devs = [("emulator-5554", "device"), ("R5CT123", "unauthorized"), ("127.0.0.1:15555", "device")]
-    assert adb.choose_serial(devs, "127.0.0.1:15555", None) == "127.0.0.1:15555"
-    assert adb.choose_serial(devs, None, "emulator-5554") == "emulator-5554"
-    assert adb.choose_serial([("a", "device"), ("b", "offline")], None, None) == "a"
+    assert adb_parse.choose_serial(devs, "127.0.0.1:15555", None) == "127.0.0.1:15555"
+    assert adb_parse.choose_serial(devs, None, "emulator-5554") == "emulator-5554"
+    assert adb_parse.choose_serial([("a", "device"), ("b", "offline")], None, None) == "a"
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_choose_serial_by_argument_env_or_single():
 )
 def test_choose_serial_errors_list_the_devices(devs, serial, env, match):
     with pytest.raises(UserError, match=match):
-        adb.choose_serial(devs, serial, env)
+        adb_parse.choose_serial(devs, serial, env)
 
 
 NASTY = [
@@ -54,7 +54,7 @@ NASTY = [
 def test_sh_join_keeps_every_word_literal_in_a_real_shell(tmp_path):
     marker = tmp_path / "pwned"
     words = [w.replace("/tmp/pwned", str(marker)) for w in NASTY]
-    line = adb.sh_join(["printf", "%s\\0", *words])
+    line = adb_shell.sh_join(["printf", "%s\\0", *words])
     out = subprocess.run(["sh", "-c", line], capture_output=True, check=True, timeout=10).stdout
     assert out.split(b"\0")[:-1] == [w.encode() for w in words]
     assert not marker.exists()
@@ -78,19 +78,19 @@ def test_sh_join_keeps_every_word_literal_in_a_real_shell(tmp_path):
     ],
 )
 def test_parse_df_available(text, want):
-    assert adb.parse_df_available_kib(text) == want
+    assert adb_parse.parse_df_available_kib(text) == want
 
 
 def test_parse_sha256():
     h = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"
-    assert adb.parse_sha256(f"{h}  /data/local/tmp/bmoe/m.gguf\n") == h.lower()
-    assert adb.parse_sha256("sha256sum: /x: No such file or directory") is None
+    assert adb_parse.parse_sha256(f"{h}  /data/local/tmp/bmoe/m.gguf\n") == h.lower()
+    assert adb_parse.parse_sha256("sha256sum: /x: No such file or directory") is None
 
 
 def test_file_sha256(tmp_path):
     f = tmp_path / "x"
     f.write_bytes(b"test")
-    assert adb.file_sha256(f, chunk=3) == "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    assert adb_parse.file_sha256(f, chunk=3) == "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
@@ -100,7 +100,7 @@ def _frame(kind: int, payload: bytes) -> bytes:
 def test_v2_stream_decodes_split_frames_into_lines_and_exit_code():
     log = io.StringIO()
     lines: list[str] = []
-    s = adb._V2Stream(log, lines.append)
+    s = adb_shell.V2Stream(log, lines.append)
     data = (
         _frame(1, b'BMOE_PROGRESS {"t": 1}\nBMOE_PRO')
         + _frame(2, b"warn one\n")
@@ -119,9 +119,9 @@ def test_v2_stream_decodes_split_frames_into_lines_and_exit_code():
 
 
 def test_adb_exit_reason():
-    assert adb.exit_reason(3, "x\nmodel missing\n") == "engine exited 3: model missing"
-    assert adb.exit_reason(137, "") == "engine exited 137 (killed by SIGKILL?)"
-    assert adb.exit_reason(1, "") == "engine exited 1"
+    assert adb_parse.exit_reason(3, "x\nmodel missing\n") == "engine exited 3: model missing"
+    assert adb_parse.exit_reason(137, "") == "engine exited 137 (killed by SIGKILL?)"
+    assert adb_parse.exit_reason(1, "") == "engine exited 1"
 
 
 def _toybox_shim(bindir: Path) -> None:
@@ -137,12 +137,12 @@ def test_sha256_script_falls_back_to_toybox(tmp_path):
     _toybox_shim(tmp_path / "bin")
     env = {**os.environ, "PATH": str(tmp_path / "bin")}  # no sha256sum on PATH, only toybox
     r = subprocess.run(
-        ["/bin/sh", "-c", adb._SHA256_SCRIPT, "sh", str(f)], capture_output=True, text=True, env=env, timeout=10
+        ["/bin/sh", "-c", adb_shell.SHA256_SCRIPT, "sh", str(f)], capture_output=True, text=True, env=env, timeout=10
     )
     assert r.returncode == 0, r.stderr
-    assert adb.parse_sha256(r.stdout) == adb.file_sha256(f)
+    assert adb_parse.parse_sha256(r.stdout) == adb_parse.file_sha256(f)
     r = subprocess.run(
-        ["/bin/sh", "-c", adb._SHA256_SCRIPT, "sh", str(f)],
+        ["/bin/sh", "-c", adb_shell.SHA256_SCRIPT, "sh", str(f)],
         capture_output=True,
         text=True,
         env={**os.environ, "PATH": str(tmp_path / "empty")},
@@ -152,13 +152,13 @@ def test_sha256_script_falls_back_to_toybox(tmp_path):
 
 
 def test_format_devices():
-    assert adb.format_devices([]) == ["no adb devices (adb server running, none attached or connected)"]
+    assert adb_parse.format_devices([]) == ["no adb devices (adb server running, none attached or connected)"]
     devs = [
         {"serial": "R5CT1", "state": "device", "model": "samsung SM-S918B", "android_release": "14", "free_mib": 81234},
         {"serial": "emulator-5554", "state": "offline"},
     ]
-    assert adb.format_devices(devs) == ["R5CT1\tdevice", "emulator-5554\toffline"]
-    assert adb.format_devices(devs, details=True) == [
+    assert adb_parse.format_devices(devs) == ["R5CT1\tdevice", "emulator-5554\toffline"]
+    assert adb_parse.format_devices(devs, details=True) == [
         "R5CT1\tdevice\tsamsung SM-S918B\tAndroid 14\t81234 MiB free in /data/local/tmp",
         "emulator-5554\toffline",
     ]

@@ -124,9 +124,9 @@ def test_quality_k_campaign_validates():
 def test_quality_campaign_end_to_end_on_a_synthetic_model(tmp_path, monkeypatch):
     """Runner -> bmoe --prompts-file -> replies committed per run -> grades -> findings -> report --check."""
     from harness.campaigns.runner import run_campaign
+    from harness.formats.folder import PROMPTS_FILE, REPLIES_FILE
     from harness.formats.manifest import load_manifest, run_dir
     from harness.formats.metrics_csv import read_metrics
-    from harness.formats.replies import PROMPTS_FILE, REPLIES_FILE
     from harness.report.build import check_report, write_report
     from tests.helpers.runner import quiet
 

@@ -10,10 +10,11 @@ import pytest
 
 from harness.bench_cli import main
 from harness.errors import UserError
-from harness.formats.grades import GRADES_FILE, read_grades
+from harness.formats.folder import GRADES_FILE, REPLIES_FILE
+from harness.formats.grades import read_grades
 from harness.formats.manifest import QualityRecord, RunRecord, hash_files, run_dir, save_manifest
 from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
-from harness.formats.replies import REPLIES_FILE, RepliesWriter, Reply
+from harness.formats.replies import RepliesWriter, Reply
 from harness.quality import gsm8k
 from harness.quality.grade import GRADER, GRADER_VERSION
 from harness.report.build import build_report, check_report, write_report

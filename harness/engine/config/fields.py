@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.engine.cache.budget import BudgetAsk
 from harness.engine.cache.policies import ONLINE_DEFAULT, POLICIES, is_offline
+from harness.engine.guess.exactness import MAX_DRAFT, TILED_MIN_ROWS
 from harness.engine.io.dense import MODES as DENSE_MODES
 from harness.errors import UserError
 
@@ -187,8 +188,9 @@ class EngineConfig:
                     "the longest prefix greedy decoding would have produced (greedy only; lossless as --ngram is; "
                     "models with a nextn layer; the head's weights, its experts included, are read through the "
                     "file mapping, not streamed)")
-    draft: int = opt(4, "--draft", lo=1, hi=6, help="with --ngram or --mtp: tokens guessed per verify batch (at most "
-                     "6: from 8 rows ggml-cpu's tiled K-quant matmul would round a batch differently)")
+    draft: int = opt(4, "--draft", lo=1, hi=MAX_DRAFT, help="with --ngram or --mtp: tokens guessed per verify batch "
+                     f"(at most {MAX_DRAFT}: from {TILED_MIN_ROWS} rows ggml-cpu's tiled K-quant matmul would round a "
+                     "batch differently)")
     ngram_size: int = opt(3, "--ngram-size", lo=1, hi=8, help="with --ngram: tokens matched to find a guess")
     list_archs: bool = opt(False, "--list-archs", action=True, help="print the supported MoE architectures and exit")
     version: bool = opt(False, "--version", action=True, help="print the version and exit")

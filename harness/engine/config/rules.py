@@ -110,11 +110,19 @@ def _route_ahead_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+_DEFAULTS = {s.name: s.default for s in SPECS}  # each field's declared default (fields.py)
+
+
+def _given(cfg: EngineConfig, name: str) -> bool:
+    """The field differs from its declared default (the flag was given a value of its own)."""
+    return getattr(cfg, name) != _DEFAULTS[name]
+
+
 def _guess_rules(cfg: EngineConfig) -> str | None:
-    if not cfg.ngram and cfg.ngram_size != 3:
+    if not cfg.ngram and _given(cfg, "ngram_size"):
         return "bmoe: --ngram-size sets how --ngram guesses: add --ngram"
     if not cfg.ngram and not cfg.mtp:
-        if cfg.draft != 4:
+        if _given(cfg, "draft"):
             return "bmoe: --draft sets how many tokens --ngram or --mtp guesses: add --ngram or --mtp"
         return None
     if cfg.ngram and cfg.mtp:

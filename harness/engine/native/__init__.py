@@ -3,7 +3,7 @@
 | C source | built as | Python wrapper | fallback when not built |
 |---|---|---|---|
 | cfilter.c | _cfilter (ctypes) | stream/front.py | the pure-Python eval callback |
-| clanes.c (+ clanes_submit.c) | _clanes (ctypes) | io/clanes.py | io/lanes.py (Python threads) |
+| clanes.c, clanes_groups.c | _clanes (ctypes) | io/clanes.py | io/lanes.py (Python threads) |
 | lazymap.c | _lazymap (LD_PRELOAD) | io/lazymap.py | llama.cpp's populating load |
 | policyc*.c | _policyc (extension) | cache/policies/native.py | the policies' numpy code |
 

@@ -59,7 +59,7 @@ int lh_set(LayerHeapsObject *self, Py_ssize_t layer, Py_ssize_t e, double score)
 PyObject *lh_discard(LayerHeapsObject *self, PyObject *key);
 PyObject *lh_victim_c(LayerHeapsObject *self, Py_ssize_t cur, PyObject *protected, const double *base, double phase);
 
-/* policyc_core.c: AgedCore; policyc_minheap.c: MinHeap */
+/* policyc_core.c (+ policyc_aged_batch.c, policyc_aged.h): AgedCore; policyc_minheap.c: MinHeap */
 extern PyTypeObject AgedCoreType;
 extern PyTypeObject MinHeapType;
 

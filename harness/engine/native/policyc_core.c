@@ -1,4 +1,4 @@
-#include "policyc.h"
+#include "policyc_aged.h"
 
 /* AgedCore: the per-lookup state of `aged`, `aged-decay` and `aged-markov` (policies/aged.py), and in
    duel mode markov-duel's (policies/duel.py: only the batch collection, resident sets and victims; its
@@ -9,36 +9,9 @@
    same operand order. With markov it also collects the open batch for MarkovModel (its experts in
    lookup order, a dict of their occurrences), tracks each layer's model size by the model's growth
    rule, keeps each layer's resident keys in a Python set (its iteration order is the reference's re-score
-   order) and calls `closer` before a victim is chosen while a batch is open, and at the next batch. */
-typedef struct {
-    long long *last;
-    double *log2c, *bonus;
-    unsigned char *known;
-    Py_ssize_t cap;
-} Stats;
-
-typedef struct {
-    PyObject_HEAD
-    Py_ssize_t n;
-    double w, log2_decay, beta;
-    int markov;
-    Stats *st;
-    long long *opp;
-    double *base;
-    Py_ssize_t cur;
-    LayerHeapsObject *heaps;
-    /* markov only */
-    Py_ssize_t open;
-    PyObject *batch;     /* list of int */
-    PyObject *batch_occ; /* dict int -> int */
-    Py_ssize_t *msize;   /* MarkovModel's array size per layer */
-    PyObject *res;       /* list of sets of keys (duel: of experts) */
-    PyObject *closer;
-    /* duel: markov-duel's calls (no counts; its scores are pushed by its close, a preload's by `preload`) */
-    int duel;
-    double phase;
-    PyObject *preload;
-} AgedCoreObject;
+   order) and calls `closer` before a victim is chosen while a batch is open, and at the next batch.
+   Its state is declared in policyc_aged.h; aged-markov's batch calls (take, rescore, size) are in
+   policyc_aged_batch.c. */
 
 static void ac_dealloc(AgedCoreObject *self) {
     if (self->st)
@@ -96,38 +69,6 @@ static int ac_init(AgedCoreObject *self, PyObject *args, PyObject *kw) {
     Py_INCREF(preload);
     self->preload = preload;
     return 0;
-}
-
-static Stats *ac_stats(AgedCoreObject *self, Py_ssize_t layer, Py_ssize_t e) {
-    Stats *S = &self->st[layer];
-    if (e >= S->cap) {
-        Py_ssize_t cap = S->cap ? S->cap : 8;
-        while (cap <= e)
-            cap *= 2;
-        long long *l = realloc(S->last, sizeof(long long) * (size_t)cap);
-        if (l) S->last = l;
-        double *c = realloc(S->log2c, sizeof(double) * (size_t)cap);
-        if (c) S->log2c = c;
-        double *b = realloc(S->bonus, sizeof(double) * (size_t)cap);
-        if (b) S->bonus = b;
-        unsigned char *k = realloc(S->known, (size_t)cap);
-        if (k) S->known = k;
-        if (!l || !c || !b || !k) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        for (Py_ssize_t i = S->cap; i < cap; i++) {
-            S->known[i] = 0;
-            S->bonus[i] = 0.0;
-        }
-        S->cap = cap;
-    }
-    return S;
-}
-
-static double ac_score(AgedCoreObject *self, Stats *S, Py_ssize_t e) {
-    double s = self->beta * (double)S->last[e] + self->w * S->log2c[e];
-    return self->markov ? s + S->bonus[e] : s; /* aged-markov adds its bonus (0.0 when none) */
 }
 
 static int ac_call_closer(AgedCoreObject *self) {
@@ -296,107 +237,6 @@ static PyObject *ac_victim(AgedCoreObject *self, PyObject *protected) {
     if (self->markov && self->open >= 0 && ac_call_closer(self) < 0)
         return NULL;
     return lh_victim_c(self->heaps, self->cur, protected, self->base, self->duel ? self->phase : 1.0);
-}
-
-/* take() -> (layer, batch, batch_occ) of the open batch, or None; the batch is closed either way */
-static PyObject *ac_take(AgedCoreObject *self, PyObject *noargs) {
-    Py_ssize_t layer = self->open;
-    PyObject *batch = self->batch, *occ = self->batch_occ;
-    PyObject *nb = PyList_New(0), *no = PyDict_New();
-    if (!nb || !no) {
-        Py_XDECREF(nb); Py_XDECREF(no);
-        return NULL;
-    }
-    self->open = -1;
-    self->batch = nb;
-    self->batch_occ = no;
-    PyObject *ret;
-    if (layer < 0 || PyList_GET_SIZE(batch) == 0) {
-        ret = Py_None;
-        Py_INCREF(ret);
-    } else {
-        ret = Py_BuildValue("(nOO)", layer, batch, occ);
-    }
-    Py_DECREF(batch);
-    Py_DECREF(occ);
-    return ret;
-}
-
-/* rescore(layer, lr, z): each resident key of the layer, in its set's order: bonus = z * lr[e] (lr a
-   float32 array, None: 0.0), then pushed with its score (one tie each, in that order) */
-static PyObject *ac_rescore(AgedCoreObject *self, PyObject *args) {
-    Py_ssize_t layer;
-    PyObject *olr;
-    double z;
-    if (!PyArg_ParseTuple(args, "nOd", &layer, &olr, &z))
-        return NULL;
-    if (layer < 0 || layer >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "rescore: layer out of range");
-        return NULL;
-    }
-    Buf lr = {0};
-    if (olr != Py_None && buf_get(olr, &lr, 'f', 0, "lr"))
-        return NULL;
-    PyObject *it = PyObject_GetIter(PyList_GET_ITEM(self->res, layer)), *key;
-    if (!it) {
-        buf_release(&lr);
-        return NULL;
-    }
-    /* the keys first (a push never changes the set, but the reference lists them before it pushes) */
-    PyObject *keys = PySequence_List(it);
-    Py_DECREF(it);
-    if (!keys) {
-        buf_release(&lr);
-        return NULL;
-    }
-    PyObject *ret = NULL;
-    const float *f = lr.held ? lr.v.buf : NULL;
-    Py_ssize_t nlr = lr.held ? buf_len(&lr) : 0;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
-        key = PyList_GET_ITEM(keys, i);
-        Py_ssize_t l, e;
-        if (lh_key(self->heaps, key, &l, &e))
-            goto done;
-        Stats *S = ac_stats(self, l, e);
-        if (!S)
-            goto done;
-        if (f) {
-            if (e >= nlr) {
-                PyErr_SetString(PyExc_IndexError, "rescore: expert beyond the log-ratios");
-                goto done;
-            }
-            S->bonus[e] = z * (double)f[e];
-        } else {
-            S->bonus[e] = 0.0;
-        }
-    }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
-        Py_ssize_t l, e;
-        lh_key(self->heaps, PyList_GET_ITEM(keys, i), &l, &e);
-        if (!self->st[l].known[e]) {
-            PyErr_SetObject(PyExc_KeyError, PyList_GET_ITEM(keys, i));
-            goto done;
-        }
-        if (lh_set(self->heaps, l, e, ac_score(self, &self->st[l], e)) < 0)
-            goto done;
-    }
-    ret = Py_None;
-    Py_INCREF(ret);
-done:
-    Py_DECREF(keys);
-    buf_release(&lr);
-    return ret;
-}
-
-static PyObject *ac_size(AgedCoreObject *self, PyObject *arg) {
-    Py_ssize_t layer = PyLong_AsSsize_t(arg);
-    if (layer == -1 && PyErr_Occurred())
-        return NULL;
-    if (layer < 0 || layer >= self->n) {
-        PyErr_SetString(PyExc_IndexError, "size: layer out of range");
-        return NULL;
-    }
-    return PyLong_FromSsize_t(self->msize[layer]);
 }
 
 static PyObject *ac_get_open(AgedCoreObject *self, void *c) { return PyLong_FromSsize_t(self->open); }
