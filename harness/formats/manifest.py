@@ -27,9 +27,8 @@ from pydantic import Field, PrivateAttr
 
 from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, TargetSpec
-from harness.formats.devstate import STATE_FILE
 from harness.formats.files import atomic_write_json, sha256_file
-from harness.formats.outcome import OUTCOME_FILE, Outcome
+from harness.formats.outcome import Outcome
 from harness.formats.record import Record, validate
 
 FORMAT = "bmoe-manifest"
@@ -38,7 +37,6 @@ MANIFEST = "manifest.json"
 RUNS = "runs"  # runs/<run_id>/ holds one run's raw files:
 METRICS_FILE = "metrics.csv"  # the engine's bmoe_metrics CSV (harness.formats.metrics_csv)
 ENGINE_LOG = "engine.log"  # its stdout and stderr
-RAW_FILES = (METRICS_FILE, STATE_FILE, ENGINE_LOG, OUTCOME_FILE)  # and replies.jsonl in a quality campaign
 
 FlagValue = bool | int | float | str | None
 
