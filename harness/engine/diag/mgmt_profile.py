@@ -69,7 +69,7 @@ def install() -> None:
 
     H = hook.StreamHook
     top = ("_on_topk", "_bind", "_evict_now", "_finish_weights", "_run_taps", "_scan_dense")  # what mgmt_ns counts
-    for m in (*top, "_account", "_submit_many", "_submit_layer", "_drop", "_wait"):
+    for m in (*top, "_account", "_submit_many", "_submit_layer", "_release", "_wait"):
         setattr(H, m, _timed(m, getattr(H, m), runq=m in top))
     for m in ("lookup_batch", "evict_over_budget"):
         setattr(cache.ExpertCache, m, _timed("cache." + m, getattr(cache.ExpertCache, m)))

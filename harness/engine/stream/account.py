@@ -1,12 +1,13 @@
-"""The hook's accounting stage: a layer batch's cache lookups, the reads of its misses, its evictions and drops.
+"""The hook's accounting stage: a layer batch's cache lookups, the reads of its misses, its evictions and the
+release of the evicted slices' pages.
 
 - a layer batch (`_account`): its cache lookups and the reads of its misses; its evictions are decided later,
   at the first expert-matmul ask (`_evict_now`; in decode on the evictor's thread, joined before the next
-  lookups), and the evicted slices dropped off the compute thread (`_drop`).
+  lookups), and the evicted slices' pages released off the compute thread (`_release`).
 - with `--prefetch K` / `--predict-prefetch` (a `prefetch.Prefetcher`), each layer's routing names experts of the
   next layers to read speculatively; they are admitted to the cache and read right after the batch's evictions
   are decided (`_evict_now`), on lanes with no demand work; a batch that hits one waits for its reads
-  (`spec_wait`) instead of reading again, and an evicted one's page drop waits for a read still running.
+  (`spec_wait`) instead of reading again, and an evicted one's page release waits for a read still running.
 - with `--route-ahead N` and a cache, the committed layer is accounted and its misses read at commit time
   (`_commit_early`); the policies protect only the last batch, so an entry evicted while its layer is accounted
   and not yet computed (`_held`) keeps its pages until that layer has been computed (a few slices over the budget
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.engine.io.read_group import wait_done
-from harness.engine.io.release import DropBatch, Dropper
+from harness.engine.io.release import PageReleaser, ReleaseBatch
 from harness.engine.stream.bind import BindStage
 from harness.engine.stream.common import Bound, RouteEvent, settle
 
@@ -37,17 +38,17 @@ if TYPE_CHECKING:
 _perf_ns, _thread_ns = time.perf_counter_ns, time.thread_time_ns
 
 
-def _drop_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
+def _release_slices(e: int, bounds: tuple[Bound, ...], after: list[Future] | None = None) -> None:
     if after:  # a speculative read still writing into the slices
         wait_done(after)
     for b in bounds:
         pos = b.et.abs_offset + e * b.et.nb2
-        b.res.drop(pos, pos + b.et.nb2)
+        b.res.release(pos, pos + b.et.nb2)
 
 
-def drop_all(work: list[tuple[tuple[int, int], tuple[Bound, ...], list[Future] | None]]) -> None:
+def release_all(work: list[tuple[tuple[int, int], tuple[Bound, ...], list[Future] | None]]) -> None:
     for key, bounds, after in work:
-        _drop_slices(key[1], bounds, after)
+        _release_slices(key[1], bounds, after)
 
 
 class AccountStage(BindStage):
@@ -62,10 +63,10 @@ class AccountStage(BindStage):
     _deferred: dict[int, list[tuple[int, int]]]  # layer -> entries evicted while it was held
     _early: set[int]  # layers accounted (and read) at commit time, before their routing node
     _bound_all: set[int]  # layers whose expert tensors are all bound
-    _drop_bounds: dict[int, tuple[tuple[Bound, ...], int]]  # such a layer: its bounds, one expert's bytes in them
-    dropper: Dropper
-    pending_drop: dict[tuple[int, int], DropBatch]
-    _recent_drops: list[DropBatch]
+    _release_bounds: dict[int, tuple[tuple[Bound, ...], int]]  # such a layer: its bounds, one expert's bytes in them
+    releaser: PageReleaser
+    pending_release: dict[tuple[int, int], ReleaseBatch]  # an evicted key -> the batch releasing its pages
+    _recent_releases: list[ReleaseBatch]
     spec_wait: dict[int, list[Future]]  # tensor address -> prefetch reads its next matmul needs
     record_routes: bool
     routes: list[RouteEvent]
@@ -106,13 +107,13 @@ class AccountStage(BindStage):
         if preloaded:
             res.misses = misses = sorted(set(preloaded) | set(misses))
         if res.evicted and not self.shared:  # shared slots: the previous batch's slices are simply overwritten
-            self._drop(res.evicted)  # no cache: the previous batch
+            self._release(res.evicted)  # no cache: the previous batch
         if misses:
-            pending_drop = self.pending_drop
+            pending_release = self.pending_release
             for e in misses:
-                f = pending_drop.pop((il, e), None)
+                f = pending_release.pop((il, e), None)
                 if f is not None:
-                    self.dropper.wait(f)
+                    self.releaser.wait(f)
             bounds = self.layer_bound.get(il)
             if bounds:
                 self._submit_layer(bounds, misses)
@@ -146,16 +147,16 @@ class AccountStage(BindStage):
             return
         beside = bool(self.inflight)  # demand reads in flight: this runs beside them
         self._evict_due = False
-        self._drop(self.cache.evict_over_budget())
+        self._release(self.cache.evict_over_budget())
         if self.prefetch is not None and self.prefetch.planned:  # after the batch's evictions: read what stays
-            self._drop(self.prefetch.admit(self.layer_bound, self.pending_drop))
+            self._release(self.prefetch.admit(self.layer_bound, self.pending_release))
         t1 = settle(self.counters, t0, c0)
         if beside:
             self._hideable_ns += t1 - t0
 
     def _evict_job(self) -> None:
-        """On the evictor's thread (harness.engine.cache.evictor): the batch's evictions and their drops."""
-        self._drop(self.cache.evict_over_budget())
+        """On the evictor's thread (harness.engine.cache.evictor): the batch's evictions and their page release."""
+        self._release(self.cache.evict_over_budget())
 
     def _join_evict(self) -> None:
         """Before the cache is read again: the evictor's decision is in (its CPU counted as mgmt_bg_cpu_ns)."""
@@ -163,37 +164,37 @@ class AccountStage(BindStage):
         if ev is not None and ev.pending:
             self.counters.mgmt_bg_cpu_ns += ev.join()
 
-    def _drop(self, evicted: list[tuple[int, int]]) -> None:
-        # dropped off the compute thread, one task per batch of evictions (one submit, not one per entry);
+    def _release(self, evicted: list[tuple[int, int]]) -> None:
+        # their pages released off the compute thread, one task per batch of evictions (one submit, not one per entry);
         # a later re-read of a key waits for its task; a speculative read still writing into an evicted
         # entry's slices is waited for first (prefetch)
         if not evicted:
             return
-        pf, held, of_layer = self.prefetch, self._held, self._drop_bounds
+        pf, held, of_layer = self.prefetch, self._held, self._release_bounds
         work = []
         nbytes = 0
         for key in evicted:
-            if held and key in held.get(key[0], ()):  # route-ahead: its layer still computes with it; drop it after
+            if held and key in held.get(key[0], ()):  # route-ahead: its layer still computes with it; release it after
                 self._deferred.setdefault(key[0], []).append(key)
                 continue
             after = pf.on_evicted(key) if pf is not None else None
-            lb = of_layer.get(key[0]) or self._layer_drop_bounds(key[0])
+            lb = of_layer.get(key[0]) or self._layer_release_bounds(key[0])
             if lb[0]:
                 work.append((key, lb[0], after))
                 nbytes += lb[1]
         if work:
-            f = self.dropper.add(work, nbytes)
-            pending_drop = self.pending_drop
+            f = self.releaser.add(work, nbytes)
+            pending_release = self.pending_release
             for w in work:
-                pending_drop[w[0]] = f
-            recent = self._recent_drops
+                pending_release[w[0]] = f
+            recent = self._recent_releases
             if not recent or recent[-1] is not f:
                 recent.append(f)
 
-    def _layer_drop_bounds(self, il: int) -> tuple[tuple[Bound, ...], int]:
+    def _layer_release_bounds(self, il: int) -> tuple[tuple[Bound, ...], int]:
         """Layer `il`'s bound tensors and the bytes of one expert's slices in them; kept once all are bound."""
         bounds = tuple(self.layer_bound.get(il, ()))
         lb = (bounds, sum(b.et.nb2 for b in bounds))
         if len(bounds) == len(self.layout.by_layer[il]):
-            self._drop_bounds[il] = lb
+            self._release_bounds[il] = lb
         return lb

@@ -7,8 +7,8 @@ then passed again with `ask=False`. So:
 - a MUL_MAT_ID node whose src[0] is a routed-expert tensor: on its first ask the tensor is bound
   (harness.engine.stream.bind); on every ask we wait for that tensor's reads. Before the first wait the cache
   decides the batch's evictions (the policy's bookkeeping then runs while the reads are in flight, not
-  before they start; in decode on the evictor's helper thread, harness.engine.cache.evictor) and the evicted slices are
-  dropped off the compute thread (harness.engine.stream.account).
+  before they start; in decode on the evictor's helper thread, harness.engine.cache.evictor) and the evicted slices'
+  pages are released off the compute thread (harness.engine.stream.account).
   Non-last expert matmuls of a layer (gate, up) are isolated too, so the last one's reads (down) overlap their
   compute.
 - dense weights rebound to anonymous copies: harness.engine.stream.dense_stage; taps: harness.engine.stream.taps;
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from harness.engine.cache.evictor import Evictor
 from harness.engine.cache.expert_cache import ExpertCache
 from harness.engine.io.reader import ExpertReader
-from harness.engine.io.release import DropBatch, Dropper
+from harness.engine.io.release import PageReleaser, ReleaseBatch
 from harness.engine.io.vm import SharedSlot
 from harness.engine.model.ggml import (
     GGML_OP_GET_ROWS,
@@ -41,7 +41,7 @@ from harness.engine.model.ggml import (
     OFF_SRC0,
 )
 from harness.engine.model.gguf_layout import ModelLayout
-from harness.engine.stream.account import drop_all
+from harness.engine.stream.account import release_all
 from harness.engine.stream.common import Bound, HookError, RouteEvent, Tap, TokenCounters
 from harness.engine.stream.front import FILTER_VERSION, FILTER_VERSION_WEIGHTS, GET_ROWS_VERSION, STALE, load_filter
 from harness.engine.stream.route import RouteStage
@@ -89,9 +89,9 @@ class StreamHook(RouteStage, TapStage):
         # evicted slices' pages, released off the compute thread; with read-ahead one layer at a time: a prefetch
         # of a key still in an open batch must wait for it (by hand, 30B shape, --prefetch 1 --predict-prefetch,
         # 2 runs each: mgmt 78-83 ms/token batching 4 layers, 58-60 one by one; lru without read-ahead 22-25 both)
-        self.dropper = Dropper(drop_all, every=1 if prefetch is not None else 4)
-        self.pending_drop: dict[tuple[int, int], DropBatch] = {}
-        self._recent_drops: list[DropBatch] = []
+        self.releaser = PageReleaser(release_all, every=1 if prefetch is not None else 4)
+        self.pending_release: dict[tuple[int, int], ReleaseBatch] = {}
+        self._recent_releases: list[ReleaseBatch] = []
         self.error: BaseException | None = None
         self.counters = TokenCounters()
         self.k_effective: int | None = None
@@ -105,7 +105,7 @@ class StreamHook(RouteStage, TapStage):
         self._routed: set[int] = set()  # layers whose routing node has been seen (it precedes their matmuls)
         self._topk_layer: dict[bytes, int] = {}  # routing node name -> its layer (parsed once)
         self._bound_all: set[int] = set()  # layers whose expert tensors are all bound (bound once, for good)
-        self._drop_bounds: dict[int, tuple[tuple[Bound, ...], int]] = {}  # such a layer: its bounds, their nb2 sum
+        self._release_bounds: dict[int, tuple[tuple[Bound, ...], int]] = {}  # such a layer: its bounds, their nb2 sum
         self._preloaded: set[int] = set()
         self._evict_due = False  # the last batch's evictions are still to be decided
         self._hideable_ns = 0  # mgmt time beside in-flight demand reads, hidden if the next wait is a real one
@@ -230,10 +230,10 @@ class StreamHook(RouteStage, TapStage):
             c.io_ns += p.io_ns
             c.prefetch_bytes, c.prefetch_used_bytes, c.prefetch_wasted_bytes = (p.prefetch_bytes, p.used_bytes,
                                                                                 p.wasted_bytes)
-        self.dropper.flush()  # the token's last evictions go now, not with the next token's
+        self.releaser.flush()  # the token's last evictions go now, not with the next token's
         c, self.counters = self.counters, TokenCounters()
-        drops, self._recent_drops = self._recent_drops, []
-        for f in drops:  # an eviction that failed must not pass silently
+        releases, self._recent_releases = self._recent_releases, []
+        for f in releases:  # an eviction that failed must not pass silently
             if f.done() and f.exception() is not None:
                 raise HookError(f"evicting expert pages failed: {f.exception()}")
         return c
@@ -241,7 +241,7 @@ class StreamHook(RouteStage, TapStage):
     def close(self) -> None:
         if self.evictor is not None:
             self.evictor.close()
-        self.dropper.close()
+        self.releaser.close()
 
     def raise_if_failed(self) -> None:
         if self.error is not None:

@@ -98,10 +98,10 @@ class RouteStage(AccountStage, DenseStage):
             self._ctrace.layer = il
         ahead = self.route_ahead.take(il, self.phase) if self.route_ahead is not None else None
         held = self._held
-        if held is not None:  # the layers before this one are computed: their deferred drops go now
+        if held is not None:  # the layers before this one are computed: their deferred page releases go now
             for la in [la for la in held if la < il or il == self._first_moe_layer]:
                 del held[la]
-                self._drop(self._deferred.pop(la, []))
+                self._release(self._deferred.pop(la, []))
         if h.type != GGML_TYPE_I32:
             raise HookError(f"{_text(name)}: expected I32 expert ids, got ggml type {h.type}")
         k, n_tok = h.ne0, h.ne1
