@@ -23,7 +23,7 @@ from harness.engine.model.gguf_layout import ModelLayout
 from harness.engine.stream.common import HIDDEN_WAIT_NS, Bound, HookError, TokenCounters, settle
 
 if TYPE_CHECKING:
-    from harness.engine.io.reader import ExpertReader
+    from harness.engine.io.reader import ExpertReader, Read
     from harness.engine.io.tracing import ComputeTrace, IoTrace
 
 _c_vp = ctypes.c_void_p
@@ -73,9 +73,8 @@ class BindStage:
         if old and self.reader is not None:
             self.reader.release_mapped(et.path, et.abs_offset, et.nbytes, old)
         b = Bound(src, et, res, isolate=et.kind != self._last_kind)
-        register = getattr(self.reader, "register", None)  # a SliceReader's; not faults.FaultyReader's (per read)
-        if register is not None and self._iotrace is None:  # --io-trace: each read carries its tag (_reads)
-            b.lane_id = register(et.path, et.abs_offset, et.nb2, res.addr_of(et.abs_offset))
+        if self.reader is not None and self._iotrace is None:  # --io-trace: each read carries its tag (_reads)
+            b.lane_id = self.reader.register(et.path, et.abs_offset, et.nb2, res.addr_of(et.abs_offset))
         if not b.isolate:
             self.last_addr[et.layer] = src
         self.bound[src] = b
@@ -91,7 +90,7 @@ class BindStage:
             self._slots[kind] = SharedSlot(max(t.nbytes for t in self.layout.experts.values() if t.kind == kind))
         return self._slots[kind]
 
-    def _reads(self, b: Bound, experts: list[int]) -> list[tuple[int, int, int, int | None]]:
+    def _reads(self, b: Bound, experts: list[int]) -> list[Read]:
         """(file_pos, length, addr, io-trace tag) of each expert's slice of tensor `b`."""
         et, tr = b.et, self._iotrace
         nb2, off, addr_of = et.nb2, et.abs_offset, b.res.addr_of
@@ -108,7 +107,7 @@ class BindStage:
         """_submit_many for each of a layer's bound tensors, in one reader call: reader.submit_registered given the
         expert ids when the tensors are registered (_bind), else reader.submit_layer given each read."""
         if bounds[0].lane_id >= 0:  # registered (_bind): the reader computes each read
-            futs = self.reader.submit_registered([b.lane_id for b in bounds], experts)  # type: ignore[union-attr]
+            futs = self.reader.submit_registered([b.lane_id for b in bounds], experts)
         else:
             futs = self.reader.submit_layer([(b.et.path, self._reads(b, experts)) for b in bounds])
         self._t_submitted = time.perf_counter_ns()  # the rest of this mgmt section runs beside these reads
