@@ -76,7 +76,6 @@ _string_at = ctypes.string_at
 
 
 class StreamHook(RouteStage, TapStage):
-
     def __init__(self, layout: ModelLayout, cache: ExpertCache | None, reader: ExpertReader | None,
                  record_routes: bool = False, preload: bool = False, use_c_filter: bool = True,
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
