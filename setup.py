@@ -9,19 +9,21 @@ policies score with numpy (the same decisions)."""
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+FALLBACK = "the engine falls back (pure-Python callback, populating load, Python lanes or numpy policies)"
+
 
 class OptionalBuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
         except Exception as e:  # noqa: BLE001
-            print(f"bmoe: optional C helper not built ({e}); the engine falls back (pure-Python callback, or a populating load)")
+            print(f"bmoe: optional C helper not built ({e}); {FALLBACK}")
 
     def build_extension(self, ext) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:  # noqa: BLE001
-            print(f"bmoe: optional C helper not built ({e}); the engine falls back (pure-Python callback, or a populating load)")
+            print(f"bmoe: optional C helper not built ({e}); {FALLBACK}")
 
     def get_export_symbols(self, ext):  # the ctypes libraries have no PyInit_ symbol; _policyc is a module
         return super().get_export_symbols(ext) if ext.name.endswith("_policyc") else []

@@ -1,5 +1,6 @@
 """`bmoe-bench`: the harness CLI. Each subcommand lives in its own module under harness/commands/
-and exposes `register(app)`; this file only wires them and turns a UserError into one red line."""
+and exposes `register(app)`; this file only wires them and turns an error (harness.errors) into one red line and its
+exit code."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import typer
 
 from harness import __version__
-from harness.errors import UserError
+from harness.errors import BmoeError
 
 # one module per concern; each defines register(app: typer.Typer) -> None
 COMMAND_MODULES: list[str] = [
@@ -54,7 +55,7 @@ def error_line(msg: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)  # typer.Exit(n) and Ctrl-C come back as the return value
-    except UserError as e:
+    except BmoeError as e:  # a user error, a resource, an interrupt, failed runs: each its own code
         error_line(str(e))
         return e.exit_code
     except KeyboardInterrupt:

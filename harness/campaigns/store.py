@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import ResourceError, UserError
 from harness.formats.files import disk_full, is_disk_full
 from harness.formats.folder import MANIFEST, OUTCOME_FILE, RUNS
 from harness.formats.manifest import Manifest, hash_files, load_manifest, run_dir
@@ -40,7 +40,7 @@ def iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
 
 
-class FolderBusy(UserError):
+class FolderBusy(ResourceError):
     """Another live runner holds the folder (or the campaign's start)."""
 
     exit_code = 75  # EX_TEMPFAIL: try again when it has finished

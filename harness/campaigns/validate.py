@@ -1,6 +1,6 @@
 """Whole-campaign validation: load, expand, order, and ask the engine's own flag parser about every cell.
 
-`check_campaign(path)` is what `bmoe-bench validate` and `bmoe-bench run` call first."""
+`plan_campaign(path)` is what `bmoe-bench validate` and `bmoe-bench run` call first."""
 
 from __future__ import annotations
 

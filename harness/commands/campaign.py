@@ -8,16 +8,8 @@ from pathlib import Path
 
 import typer
 
-from harness.errors import UserError
+from harness.errors import Interrupted, RunFailed, UserError
 from harness.formats.folder import FINDINGS, GRADES_FILE, MANIFEST, PLOTS_DIR, RESULTS
-
-
-class RunsFailed(UserError):
-    exit_code = 1
-
-
-class Interrupted(UserError):
-    exit_code = 130
 
 
 def register(app: typer.Typer) -> None:
@@ -102,8 +94,8 @@ def run(
     typer.echo(f"{res.n_ok} runs ok, {res.n_failed} failed"
                f"{f', {res.n_skipped} finished earlier' if res.n_skipped else ''}: {res.folder}")
     if res.n_failed:
-        raise RunsFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
-                         f"{res.folder / MANIFEST}); fix the cause and run `{resume} --retry-failed` "
+        raise RunFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
+                        f"{res.folder / MANIFEST}); fix the cause and run `{resume} --retry-failed` "
                          f"(finished runs are kept)")
 
 

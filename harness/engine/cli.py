@@ -10,9 +10,9 @@ import os
 import sys
 
 from harness import __version__
-from harness.errors import UserError
+from harness.errors import BmoeError, UserError
 
-EXIT_USER = 2
+EXIT_USER = UserError.exit_code  # 2
 EXIT_ENGINE = 3
 EXIT_MODEL_CHANGED = 4  # a model file truncated or replaced under the running engine (harness.engine.io.lazymap)
 
@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         _reexec_with_shim(argv)
     try:
         return run(argv)
-    except UserError as e:
+    except BmoeError as e:  # a user error (EXIT_USER); the engine raises no other kind
         _err(str(e))
-        return EXIT_USER
+        return e.exit_code
     except KeyboardInterrupt:
         _err("interrupted")
         return 130

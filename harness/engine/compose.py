@@ -60,6 +60,7 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         from harness.engine.routing.route_replay import RouteReplay
 
         replay = RouteReplay(cfg.route_replay, layout, k)
+    reader = None  # the SliceReader itself, before any test wrapper (wrap_reader)
     if cfg.moe_stream:
         assert parts.plan is not None
         parts.cache = ExpertCache(parts.plan.budget_bytes, layout.expert_bytes_per_layer(), cfg.cache_policy,
@@ -92,7 +93,7 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
     tracing = None
     if cfg.io_trace or cfg.compute_trace:
         tracing = Tracing(io=bool(cfg.io_trace), compute=bool(cfg.compute_trace))
-        if isinstance(reader := getattr(parts.reader, "inner", parts.reader), SliceReader):
+        if reader is not None:
             reader.recorder = tracing.io
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,

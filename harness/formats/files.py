@@ -18,13 +18,13 @@ import re
 import shutil
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import ResourceError
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _TEMP = re.compile(r"^\..+\.tmp$")
 
 
-class DiskFull(UserError):
+class DiskFull(ResourceError):
     """No space left where a stored file was being written."""
 
     exit_code = 28  # ENOSPC

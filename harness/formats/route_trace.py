@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from harness.errors import UserError
+from harness.errors import TraceFormatError, UserError
 
 FORMAT = "route_trace"
 VERSION = 2
@@ -33,10 +33,6 @@ COLUMNS_V1 = COLUMNS[:9]
 UNMEASURED = -1
 PREFILL, DECODE = 0, 1
 _KV = re.compile(r"(\w+)=(\S*)")
-
-
-class TraceFormatError(ValueError):
-    """A malformed trace; `read_route_trace` turns it into a UserError naming the file."""
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import TraceFormatError, UserError
 
 IO_FORMAT, COMPUTE_FORMAT, VERSION = "io_trace", "compute_trace", 1
 CLOCK = "perf_counter_ns (CLOCK_MONOTONIC), absolute ns; shared by the io_trace and compute_trace of a run"
@@ -50,10 +50,6 @@ KINDS = ("demand", "speculative")
 OUTCOMES = ("used", "wasted", "unknown")
 STATES = ("compute", "wait", "hook")
 UNFILLED = -1
-
-
-class TraceFormatError(ValueError):
-    """A malformed trace; `read_io_trace`/`read_compute_trace` turn it into a UserError naming the file."""
 
 
 @dataclass(frozen=True)

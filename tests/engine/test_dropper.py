@@ -1,4 +1,4 @@
-"""The eviction dropper (harness.engine.io.release): batches of `every` layers are handed to its thread in order;
+"""The page releaser (harness.engine.io.release): batches of `every` layers are handed to its thread in order;
 waiting on a key's batch hands an open batch over first (never a wait on work the thread was not given); a
 failure is the batch's, raised where it is waited for."""
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from harness.engine.io.release import Dropper
+from harness.engine.io.release import PageReleaser
 
 
 def test_batches_go_every_n_layers_in_order_and_wait_hands_an_open_one_over():
@@ -19,7 +19,7 @@ def test_batches_go_every_n_layers_in_order_and_wait_hands_an_open_one_over():
         gate.wait(5)
         ran.append(list(work))
 
-    d = Dropper(run, every=3)
+    d = PageReleaser(run, every=3)
     try:
         b1 = d.add([1])
         assert d.add([2, 3]) is b1 and d.add([4]) is b1  # the third layer hands it over
@@ -36,7 +36,7 @@ def test_batches_go_every_n_layers_in_order_and_wait_hands_an_open_one_over():
 
 def test_a_batch_over_max_bytes_goes_at_once():
     ran: list[list[int]] = []
-    d = Dropper(lambda work: ran.append(list(work)), every=4, max_bytes=100)
+    d = PageReleaser(lambda work: ran.append(list(work)), every=4, max_bytes=100)
     try:
         small = d.add([1], 40)
         big = d.add([2], 60)  # 100 bytes held: handed over now, not after two more layers
@@ -51,7 +51,7 @@ def test_a_failure_is_raised_where_its_batch_is_waited_for():
     def run(work: list[int]) -> None:
         raise OSError(12, "madvise failed")
 
-    d = Dropper(run, every=1)
+    d = PageReleaser(run, every=1)
     try:
         b = d.add([1])
         with pytest.raises(OSError, match="madvise failed"):

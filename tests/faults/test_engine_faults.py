@@ -8,7 +8,7 @@ import ctypes
 import pytest
 
 from harness.engine.io.faults import Faults, InjectedFault
-from harness.engine.io.reader import SliceReader
+from harness.engine.io.reader import ExpertReader, SliceReader
 from harness.engine.model.gguf_layout import load_layout
 from harness.errors import UserError
 from harness.synth import ModelSpec, make_model
@@ -63,3 +63,38 @@ def test_faults_come_from_the_environment_only_when_asked():
     assert Faults.from_env({"BMOE_TEST_FAIL_AT_LAYER": "2"}) == Faults(fail_at_layer=2)
     with pytest.raises(UserError, match="layer,expert,wrong"):
         Faults.from_env({"BMOE_TEST_WRONG_EXPERT": "1,3"})
+
+
+def test_registered_reads_meet_their_faults_too(layout):
+    """The hook's usual path (register, then submit_registered given expert ids) through the wrapper: the wrong
+    expert's bytes land where the registered tensor's expert 3 goes, every other slice is the file's."""
+    r = Faults(wrong_expert=(1, 3, 5)).wrap(SliceReader(layout.shards, 2, odirect=False), layout)
+    try:
+        tensors = layout.by_layer[1]
+        bufs = [ctypes.create_string_buffer(et.nbytes) for et in tensors]
+        ids = [r.register(et.path, et.abs_offset, et.nb2, ctypes.addressof(b))
+               for et, b in zip(tensors, bufs, strict=True)]
+        futs = r.submit_registered(ids, [3, 4])
+        assert len(futs) == len(tensors)
+        for f, et in zip(futs, tensors, strict=True):
+            assert f.result()[0] == 2 * et.nb2
+        for et, b in zip(tensors, bufs, strict=True):
+            assert b.raw[3 * et.nb2:4 * et.nb2] == _file_slice(et, 5) != _file_slice(et, 3)
+            assert b.raw[4 * et.nb2:5 * et.nb2] == _file_slice(et, 4)
+    finally:
+        r.close()
+
+
+def test_both_readers_implement_the_whole_protocol(layout):
+    """Nothing asks a reader what it has (no hasattr, getattr or isinstance): each one has every member."""
+    members = [m for m in vars(ExpertReader) if not m.startswith("_")]
+    assert {"submit_layer", "register", "submit_registered", "lanes_impl"} <= set(members)
+    inner = SliceReader(layout.shards, 1, odirect=False)
+    r = Faults(fail_at_layer=2).wrap(inner, layout)
+    try:
+        for reader in (inner, r):
+            missing = [m for m in members if not hasattr(reader, m)]
+            assert not missing, f"{type(reader).__name__} lacks {missing}"
+        assert r.lanes_impl == inner.lanes_impl in ("c", "python")
+    finally:
+        r.close()

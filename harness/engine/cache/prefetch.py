@@ -21,7 +21,7 @@ What happens next, per entry:
 - its layer is routed without it while none of its reads has started: the reads are withdrawn and the entry
   taken out of the cache uncounted (*cancelled*, no bytes);
 - it is evicted before any use: its bytes count as *wasted* (queued reads are cancelled; the eviction's page
-  drop waits for a running one, `on_evicted`).
+  release waits for a running one, `on_evicted`).
 Bytes are the layer's expert bytes (logical); `prefetch_bytes` counts the speculative reads completed, whose
 physical bytes (O_DIRECT supersets) and read time join the token's read_bytes and io_ms.
 """
@@ -166,9 +166,9 @@ class Prefetcher:
         self.plan(m, names, self.spec_max, first=True)
 
     # -- reads ---------------------------------------------------------------------------------------------
-    def admit(self, layer_bound: dict[int, list[Bound]], pending_drop: dict[Key, Future]) -> list[Key]:
+    def admit(self, layer_bound: dict[int, list[Bound]], pending_release: dict[Key, Future]) -> list[Key]:
         """Admit the planned experts the policy keeps and issue their speculative reads; returns the entries
-        evicted to make room (the caller drops their pages)."""
+        evicted to make room (the caller releases their pages)."""
         evicted: list[Key] = []
         planned, self.planned = self.planned, {}
         cache, entries = self.cache, self.entries
@@ -176,11 +176,11 @@ class Prefetcher:
             bounds = layer_bound.get(key[0], ())
             if key in cache.resident or len(bounds) < self.n_tensors[key[0]]:
                 continue
-            d = pending_drop.get(key)
+            d = pending_release.get(key)
             if d is not None:
                 if not d.done():
-                    continue  # its pages are still being dropped: reading now could lose the bytes
-                del pending_drop[key]
+                    continue  # its pages are still being released: reading now could lose the bytes
+                del pending_release[key]
             ok, ev = cache.admit(*key)
             evicted += ev
             if not ok:
@@ -202,7 +202,7 @@ class Prefetcher:
 
     def on_evicted(self, key: Key) -> list[Future]:
         """`key` was evicted: when it was an unused prefetch, its bytes are wasted and its queued reads
-        cancelled. Returns the reads still running, which the page drop must wait for."""
+        cancelled. Returns the reads still running, which the page release must wait for."""
         ent = self.entries.pop(key, None)
         if ent is None:
             return []

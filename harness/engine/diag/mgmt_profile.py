@@ -62,26 +62,23 @@ def _timed(name: str, fn: Callable[..., Any], runq: bool = False) -> Callable[..
 
 
 def install() -> None:
-    from harness.engine.cache.expert_cache import expert_cache as cache
-    from harness.engine.cache.expert_cache import prefetch
+    from harness.engine.cache import expert_cache as cache
+    from harness.engine.cache import prefetch
     from harness.engine.io import clanes, reader
     from harness.engine.stream import hook
 
     H = hook.StreamHook
     top = ("_on_topk", "_bind", "_evict_now", "_finish_weights", "_run_taps", "_scan_dense")  # what mgmt_ns counts
-    for m in (*top, "_account", "_submit", "_submit_many", "_submit_layer", "_drop", "_wait"):
-        if hasattr(H, m):
-            setattr(H, m, _timed(m, getattr(H, m), runq=m in top))
+    for m in (*top, "_account", "_submit_many", "_submit_layer", "_release", "_wait"):
+        setattr(H, m, _timed(m, getattr(H, m), runq=m in top))
     for m in ("lookup_batch", "evict_over_budget"):
         setattr(cache.ExpertCache, m, _timed("cache." + m, getattr(cache.ExpertCache, m)))
     for m in ("on_routed", "admit", "on_evicted"):
         setattr(prefetch.Prefetcher, m, _timed("prefetch." + m, getattr(prefetch.Prefetcher, m)))
     for m in ("submit", "submit_speculative", "submit_many", "submit_layer", "submit_registered"):
-        if hasattr(reader.SliceReader, m):
-            setattr(reader.SliceReader, m, _timed("reader." + m, getattr(reader.SliceReader, m)))
+        setattr(reader.SliceReader, m, _timed("reader." + m, getattr(reader.SliceReader, m)))
     for m in ("submit_groups", "submit_layer"):  # the compiled lanes' calls, their ctypes arrays and futures
-        if hasattr(clanes.CLanes, m):
-            setattr(clanes.CLanes, m, _timed("clanes." + m, getattr(clanes.CLanes, m)))
+        setattr(clanes.CLanes, m, _timed("clanes." + m, getattr(clanes.CLanes, m)))
     take = H.take_counters
     state = {"tokens": 0, "mgmt_ns": 0, "token_ns": 0, "last": 0}
 

@@ -76,7 +76,7 @@ def load() -> ctypes.CDLL | None:
         if lib is not None:
             _declare(lib)
             # the calls that never block (submit, done, promote, cancel, withdraw, detail, release) keep the GIL:
-            # a CDLL call drops it and must win it back, which waits while the dropper thread holds it (measured
+            # a CDLL call drops it and must win it back, which waits while the page releaser's thread holds it (measured
             # with harness.engine.diag.mgmt_profile at the 30B shape: reader.submit_many 54 us wall per call, 30 CPU)
             lib.quick = _declare(ctypes.PyDLL(path))
         _lib = lib

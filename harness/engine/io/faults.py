@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.engine.io.read_group import Gather
-from harness.engine.io.reader import SliceReader
+from harness.engine.io.reader import Read, SliceReader
 from harness.engine.model.gguf_layout import ExpertTensor, ModelLayout
 from harness.errors import UserError
 
@@ -63,7 +63,9 @@ class Faults:
 
 
 class FaultyReader:
-    """A SliceReader that loads a wrong expert's bytes, or raises at one layer; otherwise the inner reader."""
+    """A SliceReader that loads a wrong expert's bytes, or raises at one layer; otherwise the inner reader.
+    The whole reader protocol (harness.engine.io.reader.ExpertReader): every read passes through `_submit` or
+    `submit_many` here, the registered ones too (their reads computed here, so each still meets its faults)."""
 
     def __init__(self, inner: SliceReader, layout: ModelLayout, faults: Faults):
         self.inner = inner
@@ -74,6 +76,7 @@ class FaultyReader:
         }
         self._dense = {(t.path, t.abs_offset): name for name, t in layout.dense.items()}
         self._poisoned: set[str] = set()
+        self._reg: list[tuple[Path, int, int, int]] = []  # registered tensors (register): path, pos0, nb2, addr0
 
     @property
     def odirect(self) -> bool:
@@ -83,10 +86,14 @@ class FaultyReader:
     def odirect_refused(self) -> str | None:
         return self.inner.odirect_refused
 
+    @property
+    def lanes_impl(self) -> str:
+        return self.inner.lanes_impl
+
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
         return self._submit(path, file_pos, length, addr, tag, self.inner.submit)
 
-    def submit_many(self, path: Path, reads: list[tuple[int, int, int, int | None]]) -> Gather:
+    def submit_many(self, path: Path, reads: list[Read]) -> Gather:
         """Each read gets its faults as in `submit`; the untouched ones go to the inner reader as one batch."""
         plain, parts = [], []
         for r in reads:  # in order: a poisoning read fills the reservation before any plain read is issued
@@ -96,9 +103,21 @@ class FaultyReader:
                 plain.append(r)
         return Gather(parts + ([self.inner.submit_many(path, plain)] if plain else []))
 
-    def submit_layer(self, tensors: list[tuple[Path, list[tuple[int, int, int, int | None]]]]) -> list[Gather]:
+    def submit_layer(self, tensors: list[tuple[Path, list[Read]]]) -> list[Gather]:
         """submit_many for each tensor (its faults as there)."""
         return [self.submit_many(path, reads) for path, reads in tensors]
+
+    def register(self, path: Path, pos0: int, nb2: int, addr0: int) -> int:
+        """Kept here, not with the inner reader: submit_registered computes each read and passes it through
+        submit_many, so a registered read meets its faults as any other."""
+        self._reg.append((path, pos0, nb2, addr0))
+        return len(self._reg) - 1
+
+    def submit_registered(self, ids: list[int], experts: list[int]) -> list[Gather]:
+        """submit_layer of the registered tensors' slices of `experts` (untagged), as SliceReader.submit_registered
+        computes them."""
+        return self.submit_layer([(path, [(pos0 + e * nb2, nb2, addr0 + e * nb2, None) for e in experts])
+                                  for path, pos0, nb2, addr0 in [self._reg[t] for t in ids]])
 
     def _faulted(self, path: Path, file_pos: int) -> bool:
         s = self._slices.get((path, file_pos))

@@ -37,8 +37,13 @@ def _buf(addr: int, n: int) -> memoryview:
     return memoryview((ctypes.c_char * n).from_address(addr)).cast("B")
 
 
+Read = tuple[int, int, int, int | None]  # (file_pos, length, addr, io-trace tag or None) of one slice
+
+
 class ExpertReader(Protocol):
-    """What the hook needs of a reader (SliceReader; test wrappers such as faults.FaultyReader)."""
+    """Everything the hook, the prefetcher, the dense weights and the engine's preamble ask of a reader
+    (SliceReader; the fault-injecting wrapper faults.FaultyReader). Each submit returns a Future whose result()
+    is (bytes read, ns spent reading), summed over its reads for the grouped ones."""
 
     @property
     def odirect(self) -> bool: ...
@@ -46,10 +51,28 @@ class ExpertReader(Protocol):
     @property
     def odirect_refused(self) -> str | None: ...
 
+    @property
+    def lanes_impl(self) -> str:
+        """Which lanes read: "c" (compiled, harness.engine.io.clanes) or "python" (the CSV's io_lanes)."""
+        ...
+
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future: ...
 
-    def submit_many(self, path: Path, reads: list[tuple[int, int, int, int | None]]) -> Future:
-        """(file_pos, length, addr, tag) reads of one file as one handle: result() sums (bytes, ns)."""
+    def submit_many(self, path: Path, reads: list[Read]) -> Future:
+        """Reads of one file as one handle."""
+        ...
+
+    def submit_layer(self, tensors: list[tuple[Path, list[Read]]]) -> list[Future]:
+        """submit_many for each (path, reads) of a layer's tensors, in one call: one Future per tensor."""
+        ...
+
+    def register(self, path: Path, pos0: int, nb2: int, addr0: int) -> int:
+        """A tensor whose expert e's slice is nb2 bytes at pos0 + e * nb2 of `path` and lands at addr0 + e * nb2:
+        its id for submit_registered."""
+        ...
+
+    def submit_registered(self, ids: list[int], experts: list[int]) -> list[Future]:
+        """submit_layer of `experts`' slices of each registered tensor ids[j] (untagged): one Future per tensor."""
         ...
 
     def submit_speculative(self, path: Path, file_pos: int, length: int, addr: int,
@@ -208,7 +231,7 @@ class SliceReader:
             return self.pool.submit(self._read, path, file_pos, length, addr)
         return self.pool.submit(self._traced_read, tag, path, file_pos, length, addr)
 
-    def submit_many(self, path: Path, reads: list[tuple[int, int, int, int | None]]) -> Future:
+    def submit_many(self, path: Path, reads: list[Read]) -> Future:
         """One tensor's slices (file_pos, length, addr, tag) in one call: one group on the compiled lanes, else
         one Python job per lane (each reading its run of slices in order)."""
         if self._c is not None:
@@ -217,7 +240,7 @@ class SliceReader:
             return self._c.submit(self._file_no[path], flat, tags, self._error_of[path])  # type: ignore[return-value]
         return Gather([self.pool.submit(self._read_run, path, run) for run in chunks(reads, self.lanes)])  # type: ignore
 
-    def submit_layer(self, tensors: list[tuple[Path, list[tuple[int, int, int, int | None]]]]) -> list[Future]:
+    def submit_layer(self, tensors: list[tuple[Path, list[Read]]]) -> list[Future]:
         """submit_many for each (path, reads) of a layer's tensors: on the compiled lanes one call for all (one
         lock, one wake: a layer's 3 tensors were 3 calls), one Future per tensor either way."""
         if self._c is None or len(tensors) < 2:
@@ -244,7 +267,7 @@ class SliceReader:
         return self.submit_layer([(path, [(pos0 + e * nb2, nb2, addr0 + e * nb2, None) for e in experts])
                                   for path, pos0, nb2, addr0 in [reg[t] for t in ids]])
 
-    def _read_run(self, path: Path, run: list[tuple[int, int, int, int | None]]) -> tuple[int, int]:
+    def _read_run(self, path: Path, run: list[Read]) -> tuple[int, int]:
         got = ns = 0
         for pos, length, addr, tag in run:
             g, n = (self._read(path, pos, length, addr) if tag is None or self.recorder is None else

@@ -1,7 +1,7 @@
-"""The eviction dropper: evicted slices' pages are released on one thread, off the compute thread, handed over in
+"""The page releaser: evicted slices' pages are released on one thread, off the compute thread, handed over in
 batches of a few layers' evictions (`every` layers, or sooner once a batch holds `max_bytes`: a prompt's layer
 evicts hundreds of MiB at once, which must not wait for three more layers; and at each token's end): one wake-up
-of the dropper thread per batch,
+of the releaser thread per batch,
 not per layer (waking a sleeping thread cost the compute thread tens of us per call on this VM, where it is an
 interrupt between virtual CPUs: ThreadPoolExecutor.submit was ~12% of the hook's own CPU time at the 30B shape,
 py-spy). A batch still open holds at most `every` layers' evicted pages (under `max_bytes` and a layer) a little
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-class DropBatch:
+class ReleaseBatch:
     """Some layers' evictions: `done()` once their pages are released; `result()` waits and raises the failure."""
 
     __slots__ = ("work", "_done", "_exc")
@@ -41,25 +41,25 @@ class DropBatch:
             raise self._exc
 
 
-class Dropper:
+class PageReleaser:
     """One thread running `run(work items)` for each handed-over batch, in order."""
 
     def __init__(self, run: Callable[[list[Any]], None], every: int = 4, max_bytes: int = 64 << 20):
         self._run = run
         self.every, self.max_bytes = every, max_bytes
         self._bytes = 0
-        self._q: queue.SimpleQueue[DropBatch | None] = queue.SimpleQueue()
-        self._open: DropBatch | None = None
+        self._q: queue.SimpleQueue[ReleaseBatch | None] = queue.SimpleQueue()
+        self._open: ReleaseBatch | None = None
         self._layers = 0
         self._t = threading.Thread(target=self._main, name="bmoe-evict", daemon=True)
         self._t.start()
 
-    def add(self, work: list[Any], nbytes: int = 0) -> DropBatch:
+    def add(self, work: list[Any], nbytes: int = 0) -> ReleaseBatch:
         """One layer's evictions (`nbytes` of pages), into the open batch: handed over every `every` calls, or
         once it holds `max_bytes`."""
         b = self._open
         if b is None:
-            b = self._open = DropBatch()
+            b = self._open = ReleaseBatch()
         b.work.extend(work)
         self._layers += 1
         self._bytes += nbytes
@@ -74,7 +74,7 @@ class Dropper:
             self._open, self._layers, self._bytes = None, 0, 0
             self._q.put(b)
 
-    def wait(self, b: DropBatch) -> None:
+    def wait(self, b: ReleaseBatch) -> None:
         """Until `b`'s pages are released (handing it over first if it is still open); raises its failure."""
         if b is self._open:
             self.flush()

@@ -39,15 +39,15 @@ class Reservation:
         b_pg = self.addr_of(file_end) // PAGE * PAGE
         return (a_pg, b_pg - a_pg) if b_pg > a_pg else None
 
-    def drop(self, file_start: int, file_end: int) -> int:
+    def release(self, file_start: int, file_end: int) -> int:
         """Release the pages wholly inside [file_start, file_end) (`pages`). Returns bytes released."""
         pg = self.pages(file_start, file_end)
         if pg is None:
             return 0
         a_pg, n = pg
         b_pg = a_pg + n
-        # through ctypes, which lets go of the GIL while the kernel frees the pages (mmap.madvise holds it: a drop
-        # on the dropper thread then stalled the compute thread's next callback; a 3 s side test here saw 62-81
+        # through ctypes, which lets go of the GIL while the kernel frees the pages (mmap.madvise holds it: a release
+        # on the releaser thread then stalled the compute thread's next callback; a 3 s side test here saw 62-81
         # gaps over 1 ms in a sleeping thread's wake-ups with mmap.madvise, 3-32 with this call)
         if _libc.madvise(a_pg, b_pg - a_pg, mmap.MADV_DONTNEED) != 0:
             e = ctypes.get_errno()

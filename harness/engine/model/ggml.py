@@ -58,14 +58,3 @@ OFF_NAME = GgmlTensor.name.offset
 def tensor_at(addr: int) -> GgmlTensor:
     return GgmlTensor.from_address(addr)
 
-
-def op_at(addr: int) -> int:
-    return ctypes.c_int.from_address(addr + OFF_OP).value
-
-
-def src0_at(addr: int) -> int:
-    return ctypes.c_void_p.from_address(addr + OFF_SRC0).value or 0
-
-
-def name_at(addr: int) -> str:
-    return ctypes.string_at(addr + OFF_NAME).decode("utf-8", "replace")

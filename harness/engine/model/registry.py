@@ -85,7 +85,8 @@ _GATES = "tests/gates/test_arch_gates.py"
 COVERED: tuple[Covered, ...] = (
     Covered("qwen3moe", "router; q/k norms", "tests/gates/test_engine_gates.py"),
     Covered("qwen2moe", "shared expert (ffn_*_shexp) and its gate", "tests/gates/test_engine_gates.py"),
-    Covered("gpt-oss", "expert biases (.bias), router bias, attention sinks; up before gate", "tests/gates/test_gptoss.py"),
+    Covered("gpt-oss", "expert biases (.bias), router bias, attention sinks; up before gate",
+            "tests/gates/test_gptoss.py"),
     Covered("olmoe", "router; q/k norms over the full width", _GATES),
     Covered("granitemoe", "router; logit/residual/embedding scales", _GATES),
     Covered("llama", "Mixtral: router; per-expert .scale companions (optional, resident)", _GATES),

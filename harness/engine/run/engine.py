@@ -202,7 +202,7 @@ class Engine:
                       "cache_plan": p.plan.note, "token_cycle_bytes": p.plan.cycle_bytes})
         if p.reader:
             d["odirect_effective"] = int(p.reader.odirect)
-            d["io_lanes"] = getattr(getattr(p.reader, "inner", p.reader), "lanes_impl", "python")  # c | python
+            d["io_lanes"] = p.reader.lanes_impl  # c | python
         if p.hook:
             d["hook_front"] = p.hook.front
         lossy = lossy_settings(cfg)

@@ -5,7 +5,8 @@
   anonymous copy on first sight, before compute, and a view still pointing into its old pages is moved
   along. The C front forwards every ask while that scan lasts (`forward_all`), then only the usual ones.
 
-A stage of `StreamHook` (harness.engine.stream.hook), which holds the state; this class names what the stage uses.
+A stage of `StreamHook` (harness.engine.stream.hook); its own state is one object (harness.engine.stream.state), and
+this class names what else of the hook the stage uses.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from harness.engine.model.ggml import GGML_MAX_SRC, OFF_DATA, OFF_SRC0, OFF_VIEW
 from harness.engine.stream.common import TokenCounters, settle
 
 if TYPE_CHECKING:
-    from harness.engine.io.dense import AnonDense
+    from harness.engine.stream.state import DenseScan
 
 _c_vp = ctypes.c_void_p
 _c_size = ctypes.c_size_t
@@ -27,14 +28,12 @@ _Srcs = ctypes.c_void_p * GGML_MAX_SRC
 
 class DenseStage:
     counters: TokenCounters
-    dense: AnonDense | None
-    _dense_scan: bool  # the first graphs are still being scanned
-    _dense_seen: set[int]
-    _filter: tuple | None  # the C front (hook_front.load_filter), whose forward_all ends with the scan
+    dense_scan: DenseScan  # this stage's own
+    _filter: tuple | None  # the C front (front.load_filter), whose forward_all ends with the scan
 
     def _scan_dense(self, t: int) -> None:
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        seen, d = self._dense_seen, self.dense
+        seen, d = self.dense_scan.seen, self.dense_scan.anon
         assert d is not None
         for s in _Srcs.from_address(t + OFF_SRC0):
             if s and s not in seen:
@@ -54,8 +53,9 @@ class DenseStage:
 
     def _end_dense_scan(self) -> None:
         """The graph is built and reused from here on: stop scanning, free the copies never bound."""
-        self._dense_scan = False
+        self.dense_scan.active = False
         if self._filter is not None:
             self._filter[1].forward_all = 0
-        if self.dense is not None:
-            self.dense.finish()
+        anon = self.dense_scan.anon
+        if anon is not None:
+            anon.finish()

@@ -12,7 +12,8 @@
 - with `--route-ahead N` (a `route_ahead.RouteAhead`, one of the taps): a decode layer's routing committed N MoE
   layers early overwrites the selected ids at its routing node (its reads: harness.engine.stream.account).
 
-A stage of `StreamHook` (harness.engine.stream.hook), which holds the state; this class names what the stage uses.
+A stage of `StreamHook` (harness.engine.stream.hook); its own state is one object (harness.engine.stream.state), and
+this class names what else of the hook the stage uses.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from harness.engine.stream.common import HookError, Tap, settle
 from harness.engine.stream.dense_stage import DenseStage
 
 if TYPE_CHECKING:
-    from harness.engine.routing.cold_drop import DropReplay
     from harness.engine.routing.route_ahead import RouteAhead
-    from harness.engine.routing.route_replay import RouteReplay
+    from harness.engine.stream.state import RouteState, TapState
     from harness.engine.stream.weights import WeightsStage
 
 _perf_ns, _thread_ns = time.perf_counter_ns, time.thread_time_ns
@@ -71,50 +71,47 @@ def _text(name: bytes) -> str:
 
 
 class RouteStage(AccountStage, DenseStage):
-    topk_prefix: bytes
-    replay: RouteReplay | None
+    routing: RouteState  # this stage's own
     route_ahead: RouteAhead | None
     stage: WeightsStage | None  # the router weights: route traces and drops
-    drop_replay: DropReplay | None
-    _want_weights: bool
     k_effective: int | None
     decode_index: int
-    _first_moe_layer: int
-    _tap_due: int | None
+    tapping: TapState  # its `due` layer, set here
     taps: list[Tap]
-    _topk_layer: dict[bytes, int]  # routing node name -> its layer
 
     def _on_topk(self, t: int) -> None:
         t0, c0 = _perf_ns(), _thread_ns()
         h = _TopkHead.from_address(t)
         name = h.name
-        il = self._topk_layer.get(name)
+        rs = self.routing
+        il = rs.topk_layer.get(name)
         if il is None:  # once per routing node name
-            il = self._topk_layer[name] = int(name[len(self.topk_prefix):])
-        self._routed.add(il)
+            il = rs.topk_layer[name] = int(name[len(rs.topk_prefix):])
+        rs.routed.add(il)
         if self.taps:
-            self._tap_due = il
+            self.tapping.due = il
         if self._ctrace is not None:
             self._ctrace.layer = il
         ahead = self.route_ahead.take(il, self.phase) if self.route_ahead is not None else None
-        held = self._held
-        if held is not None:  # the layers before this one are computed: their deferred drops go now
-            for la in [la for la in held if la < il or il == self._first_moe_layer]:
+        held = self.early.held
+        if held is not None:  # the layers before this one are computed: their deferred page releases go now
+            for la in [la for la in held if la < il or il == rs.first_moe_layer]:
                 del held[la]
-                self._drop(self._deferred.pop(la, []))
+                self._release(self.early.deferred.pop(la, []))
         if h.type != GGML_TYPE_I32:
             raise HookError(f"{_text(name)}: expected I32 expert ids, got ggml type {h.type}")
         k, n_tok = h.ne0, h.ne1
         self.k_effective = k
         phase = self.phase
-        if phase == 1 and il == self._first_moe_layer:
+        if phase == 1 and il == rs.first_moe_layer:
             self.decode_index += 1
-            if self._dense_scan and self.decode_index >= 1:
+            if self.dense_scan.active and self.decode_index >= 1:
                 self._end_dense_scan()
         n_exp = self.layout.n_expert
         ids = view = None
-        replay = self.replay
-        if n_tok == 1 and ahead is None and not self._want_weights and (replay is None or phase == 1):
+        replay = rs.replay
+        st = self.stage
+        if n_tok == 1 and ahead is None and st is None and (replay is None or phase == 1):
             row = replay.decode_row(il, self.decode_index) if replay is not None else None  # no numpy here
             if row is not None:
                 if k != replay.k:
@@ -146,24 +143,25 @@ class RouteStage(AccountStage, DenseStage):
             lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n_exp:
             raise HookError(f"{_text(name)}: expert id out of range 0..{n_exp - 1}: {lo}..{hi}")
-        st = self.stage
         if st is not None:
             assert ids is not None and view is not None
             if st.on_topk(il, phase, view, ids):  # lookups and reads wait for the drops (_finish_weights)
                 settle(self.counters, t0, c0)
                 return
-        if self.cache is None or il in self._early:  # resident, or accounted and read at commit time
-            self._early.discard(il)
+        early = self.early.layers
+        if self.cache is None or il in early:  # resident, or accounted and read at commit time
+            early.discard(il)
             settle(self.counters, t0, c0)
             return
-        self._t_submitted = 0
+        hidden = self.hidden
+        hidden.submitted = 0
         ev = self._account(il, flat_ids, ids)
         if st is not None and st.pending is not None:
             st.pending.event = ev
         t1 = settle(self.counters, t0, c0)
-        if self._t_submitted:  # after the batch's reads were submitted: beside them
-            self._hideable_ns += t1 - self._t_submitted
-            self._t_submitted = 0
+        if hidden.submitted:  # after the batch's reads were submitted: beside them
+            hidden.ns += t1 - hidden.submitted
+            hidden.submitted = 0
 
     @property
     def drop_totals(self) -> list[int]:
@@ -176,7 +174,7 @@ class RouteStage(AccountStage, DenseStage):
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         st = self.stage
         assert st is not None and st.pending is not None
-        if st.pending.drops and self.drop_replay is None and self._evict_due:
+        if st.pending.drops and st.replay is None and self.accounts.evict_due:
             self._evict_now()  # the residency the lookups will see
         try:
             f = st.finish(self.phase, self.decode_index, self.cache.resident if self.cache is not None else None)

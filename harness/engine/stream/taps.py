@@ -5,19 +5,24 @@
   valid by then) is copied out as float32 [n_tok, n_embd] and every tap is called with
   (layer, phase, decode_index, hidden): the early router's input (route-ahead, predictive prefetch).
 
-A stage of `StreamHook` (harness.engine.stream.hook), which holds the state; this class names what the stage uses.
+A stage of `StreamHook` (harness.engine.stream.hook); its own state is one object (harness.engine.stream.state), and
+this class names what else of the hook the stage uses.
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harness.engine.model.ggml import GGML_MAX_SRC, GGML_TYPE_F32, OFF_NAME, OFF_SRC0, tensor_at
 from harness.engine.model.gguf_layout import ModelLayout
 from harness.engine.stream.common import HookError, Tap, TokenCounters, settle
+
+if TYPE_CHECKING:
+    from harness.engine.stream.state import TapState
 
 _c_vp = ctypes.c_void_p
 _Srcs = ctypes.c_void_p * GGML_MAX_SRC
@@ -30,13 +35,12 @@ class TapStage:
     phase: int
     decode_index: int
     taps: list[Tap]  # called with each layer's MoE input
-    _tap_due: int | None  # the layer whose routing node was seen and whose input is not tapped yet
-    tap_skipped: set[int]  # layers whose matmul input is not the plain MoE input (llama4)
+    tapping: TapState  # this stage's own
 
     def _run_taps(self, t: int) -> None:
         """The layer's first expert-matmul ask: hand its MoE input (src[1]) to every tap."""
         t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
-        il, self._tap_due = self._tap_due, None
+        il, self.tapping.due = self.tapping.due, None
         assert il is not None
         src0 = _c_vp.from_address(t + OFF_SRC0).value
         if not _string_at(src0 + OFF_NAME, 24).startswith(f"blk.{il}.".encode()):
@@ -44,7 +48,7 @@ class TapStage:
                             f"{_string_at(src0 + OFF_NAME).decode()!r}, not one of layer {il}")
         x = tensor_at(_Srcs.from_address(t + OFF_SRC0)[1])
         if int(x.type) != GGML_TYPE_F32 or int(x.ne[1]) != 1 or int(x.nb[0]) != 4:
-            self.tap_skipped.add(il)  # e.g. llama4 multiplies the router weights in first: not the MoE input
+            self.tapping.skipped.add(il)  # e.g. llama4 multiplies the router weights in first: not the MoE input
             settle(self.counters, t0, c0)
             return
         n_embd, n_tok, nb2 = int(x.ne[0]), int(x.ne[2]) * int(x.ne[3]), int(x.nb[2])
