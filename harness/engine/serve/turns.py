@@ -5,7 +5,8 @@ prompt as tokens (a chat's history rendered through the model's own template, `c
 common prefix with `past` in the KV cache, removes the rest and prefills only the new suffix, then decodes
 token by token, yielding one `Delta` (the token's `TokenRow`, its `turn` set, and its text) per token. The
 caller's `cancel` is checked between tokens (never inside llama.cpp's eval callback). The session protocol,
-the terminal chat and the HTTP server all generate through this one loop.
+the terminal chat and the HTTP server all generate through this one loop, which drives the tokens through the
+engine's one generation driver (harness.engine.run.token_loop.TokenLoop: prefill, decode, rows, summary).
 """
 
 from __future__ import annotations
