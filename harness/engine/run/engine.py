@@ -1,4 +1,6 @@
-"""A loaded engine and its parts: generation through every sink, the summary's completion, the CSV preamble.
+"""A loaded engine and its parts: a one-shot run and --prompts-file's prompts through every sink (each generation
+driven by harness.engine.run.token_loop.TokenLoop, which builds its rows and summary), the run's notes and
+warnings, the CSV preamble.
 
 Built by harness.engine.compose (the composition root); used by the CLI and by harness.engine.serve.
 """
