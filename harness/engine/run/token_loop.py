@@ -26,7 +26,7 @@ from dataclasses import fields
 from harness.engine.guess.ngram import ngram_guess, split_int
 from harness.engine.io import sysstats
 from harness.engine.run.parts import Parts
-from harness.engine.run.session import Sampling, Session
+from harness.engine.run.session import Sampler, Sampling, Session
 from harness.engine.stream.hook import TokenCounters
 from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
 
@@ -144,7 +144,7 @@ class TokenLoop:
             return sess.mtp.draft(tok, len(self.history), min(self.draft, room), sess.is_eog)
         return ngram_guess(self.history + [tok], self.ngram_size, min(self.draft, room), sess.is_eog)
 
-    def _verify(self, smpl, guess: list[int]) -> tuple[int, int]:
+    def _verify(self, smpl: Sampler, guess: list[int]) -> tuple[int, int]:
         """After the batch [token, *guess]: (guesses kept, the next token), the rejected guesses' KV removed."""
         kept = 0
         nxt = -1
@@ -159,7 +159,7 @@ class TokenLoop:
             self.sess.forget_from(len(self.history) + 1 + kept)
         return kept, nxt
 
-    def _decode_rows(self, smpl, t0: float) -> Iterator[TokenRow]:
+    def _decode_rows(self, smpl: Sampler, t0: float) -> Iterator[TokenRow]:
         sess, s = self.sess, self.summary
         hook = sess.hook
         cache = hook.cache if hook else None
