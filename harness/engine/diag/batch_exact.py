@@ -5,8 +5,10 @@ decoding does, and (b) in one llama_decode batch with logits at every position, 
 are compared bit for bit. With `nodes=True` an eval callback also copies out every graph node of both and names
 the first node (graph order) whose row for a position differs: its op, type, shape and sources' types.
 
-The engine's own Session makes the context (resident or streamed, the same context parameters as a run); the
-node dump needs the eval callback, so it is resident only (the streaming hook owns the callback).
+The engine's own Session makes the context (resident or streamed, the same context parameters as a run) and the
+probe drives it through its public surface (decode, logits, forget): not through a TokenLoop, whose prefill batch
+would change the one-token reference this compares against. The node dump needs the eval callback, so it is
+resident only (the streaming hook owns the callback).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.engine.model.ggml import GGML_MAX_DIMS, GGML_TYPE_F16, GGML_TYPE_F32, GGML_TYPE_I32, tensor_at
+from harness.engine.run.session import Session
+from harness.engine.run.token_loop import collection_paused
 
 _NP = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16, GGML_TYPE_I32: np.int32}
 
@@ -137,28 +141,27 @@ class Probe:
     """Drives a Session by hand: greedy one-token decoding of a prompt's continuation (logits kept at every
     position), then each window of n positions again as one batch after the same prefix."""
 
-    def __init__(self, sess, dump: NodeDump | None = None):
-        self.sess, self.L, self.dump = sess, sess.L, dump
-        self.n_vocab = self.L.llama_vocab_n_tokens(sess.vocab)
-
-    def _logits(self, i: int) -> np.ndarray:
-        p = self.L.llama_get_logits_ith(self.sess.ctx, i)
-        return np.ctypeslib.as_array(p, shape=(self.n_vocab,)).copy()
+    def __init__(self, sess: Session, dump: NodeDump | None = None):
+        self.sess, self.dump = sess, dump
 
     def _one(self, tok: int, nodes: bool = False) -> tuple[np.ndarray, list[Node]]:
         d = self.dump
         if d is not None:
             d.on, d.nodes = nodes, []
-        self.sess._decode([tok])
+        self.sess.decode([tok])
         got = d.nodes if d is not None else []
         if d is not None:
             d.on = False
-        return self._logits(-1), got
+        return self.sess.logits(-1), got
 
     def run(self, prompt: list[int], n_gen: int, n: int, nodes: bool = False) -> tuple[list[int], list[Window]]:
+        with collection_paused():  # the same garbage-collector policy as every generation
+            return self._run(prompt, n_gen, n, nodes)
+
+    def _run(self, prompt: list[int], n_gen: int, n: int, nodes: bool) -> tuple[list[int], list[Window]]:
         sess = self.sess
         sess.clear_memory()
-        sess._decode(prompt[:-1])
+        sess.decode(prompt[:-1])
         seq = list(prompt)
         single: list[np.ndarray] = []  # single[i]: logits after decoding seq[len(prompt) - 1 + i]
         for _ in range(n_gen + n):
@@ -184,10 +187,10 @@ class Probe:
             d = self.dump
             if d is not None:
                 d.on, d.nodes = nodes, []
-            sess._decode(toks, all_logits=True)
+            sess.decode(toks, all_logits=True)
             if d is not None:
                 d.on = False
-            rows = [self._logits(j) for j in range(n)]
+            rows = [self.sess.logits(j) for j in range(n)]
             if nodes and d is not None:
                 hit = first_difference(singles, d.nodes)
                 if hit is not None:

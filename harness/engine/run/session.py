@@ -1,16 +1,19 @@
-"""One engine run through llama.cpp's public API: load the model, install the eval callback it is given,
-prefill, decode token by token, yield one `TokenRow` per token. No flag parsing (config.py), no wiring of
-parts (compose.py), no printing (cli.py)."""
+"""The llama.cpp adapter: load the model, install the eval callback it is given, make the context; then, for
+whoever drives tokens (harness.engine.run.token_loop, harness.engine.diag.batch_exact), a public surface over
+llama.cpp: tokenize, decode, logits, sample (`Sampler`, the one sampler chain), end of generation, forget the
+KV cache's entries. No flag parsing (config), no wiring of parts (compose.py), no rows or summaries (token_loop),
+no printing (cli.py)."""
 
 from __future__ import annotations
 
 import ctypes
-import gc
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
 
 from harness.engine.config import EngineConfig
 from harness.engine.guess.mtp import MtpDrafter
@@ -18,10 +21,9 @@ from harness.engine.io import lazymap, sysstats
 from harness.engine.io.dense import DenseWeights
 from harness.engine.model.gguf_layout import ModelLayout
 from harness.engine.model.prompt import build_prompt
-from harness.engine.run.token_loop import TokenLoop
-from harness.engine.stream.hook import StreamHook, TokenCounters
+from harness.engine.stream.hook import StreamHook
 from harness.errors import UserError
-from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
+from harness.formats.metrics_csv import UNMEASURED
 
 MIB = 1048576
 
@@ -30,13 +32,47 @@ class EngineError(RuntimeError):
     """A failure inside the engine (not the user's input)."""
 
 
-@dataclass
-class RunResult:
-    tokens: list[int] = field(default_factory=list)
-    summary: Summary = field(default_factory=Summary)
-    k_effective: int | None = None
-    eog: bool = False  # the model ended the generation (else -n was reached)
-    prompt_tokens: list[int] = field(default_factory=list)
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen: greedy at temp 0, else top-k, top-p, temperature and a seeded draw. The
+    defaults are the flags' (harness.engine.config.fields); a request may override them (`of`)."""
+
+    n_predict: int
+    temp: float
+    top_k: int
+    top_p: float
+    seed: int
+
+    @classmethod
+    def of(cls, cfg: EngineConfig, **over: object) -> Sampling:
+        """The engine flags' sampling, with the given values over it (None = keep the flag's)."""
+        base = cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
+        return replace(base, **{k: v for k, v in over.items() if v is not None})
+
+
+class Sampler:
+    """One llama.cpp sampler chain over a session's context (the only place one is built); `close()` frees it."""
+
+    def __init__(self, L, ctx, sp: Sampling):
+        self.L, self.ctx = L, ctx
+        ch = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        if sp.temp <= 0:
+            L.llama_sampler_chain_add(ch, L.llama_sampler_init_greedy())
+        else:
+            L.llama_sampler_chain_add(ch, L.llama_sampler_init_top_k(sp.top_k))
+            L.llama_sampler_chain_add(ch, L.llama_sampler_init_top_p(sp.top_p, 1))
+            L.llama_sampler_chain_add(ch, L.llama_sampler_init_temp(sp.temp))
+            L.llama_sampler_chain_add(ch, L.llama_sampler_init_dist(sp.seed))
+        self.chain = ch
+
+    def sample(self, i: int = -1) -> int:
+        """The token chosen from the logits of the last decode's output `i` (-1: its last)."""
+        return self.L.llama_sampler_sample(self.chain, self.ctx, i)
+
+    def close(self) -> None:
+        if self.chain is not None:
+            self.L.llama_sampler_free(self.chain)
+            self.chain = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +104,6 @@ class Session:
         self.hook: StreamHook | None = None
         self.mtp: MtpDrafter | None = None  # --mtp: the MTP head's drafter
         self.dense = dense
-        self.result: RunResult | None = None  # set when run() has yielded its last row
         self.psi_path, self.psi_source = sysstats.psi_memory_path()  # mem_stall_ms per token
         self._log: deque[str] = deque(maxlen=50)
         # from the file's header, before the slow load: a template that cannot do what was asked is refused now
@@ -206,20 +241,23 @@ class Session:
         n = self.L.llama_token_to_piece(self.vocab, tok, buf, 256, 0, False)
         return buf.raw[: max(n, 0)]
 
-    def _sampler(self):
-        L = self.L
-        ch = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        c = self.cfg
-        if c.temp <= 0:
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_greedy())
-        else:
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_top_k(c.top_k))
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_top_p(c.top_p, 1))
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_temp(c.temp))
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_dist(c.seed))
-        return ch
+    def sampler(self, sp: Sampling) -> Sampler:
+        return Sampler(self.L, self.ctx, sp)
 
-    def _decode(self, toks: list[int], all_logits: bool = False) -> None:
+    def is_eog(self, tok: int) -> bool:
+        """Whether `tok` ends a generation (end of sequence, end of turn)."""
+        return bool(self.L.llama_vocab_is_eog(self.vocab, tok))
+
+    @property
+    def n_vocab(self) -> int:
+        return self.L.llama_vocab_n_tokens(self.vocab)
+
+    def logits(self, i: int) -> np.ndarray:
+        """A copy of the last decode's logits for its output `i` (-1: its last)."""
+        p = self.L.llama_get_logits_ith(self.ctx, i)
+        return np.ctypeslib.as_array(p, shape=(self.n_vocab,)).copy()
+
+    def decode(self, toks: list[int], all_logits: bool = False) -> None:
         """Decode `toks` after what the KV cache holds; logits for the last token, or for every one."""
         L = self.L
         arr = (L.llama_token * len(toks))(*toks)
@@ -249,86 +287,13 @@ class Session:
         if self.mtp:
             self.mtp.forget_from(pos)
 
-    # -- the run ---------------------------------------------------------------------------------------
-    def run(self, text: str | None = None, turn: int = 0) -> Iterator[TokenRow]:
-        """Prefill (`text` as sent, default the -p prompt), then decode up to -n tokens, yielding each
-        token's row (its `turn` as given); `self.result` holds the summary once the last row has been
-        yielded. A second generation needs `clear_memory()` first."""
-        cfg, hook = self.cfg, self.hook
-        res = RunResult()
-        s = res.summary
-        s.load_s = self.load_s
-        s.extra["load_read_mib"] = round(self.load.read_bytes / MIB, 3) if self.load.read_bytes >= 0 else UNMEASURED
-        s.extra["load_populate"] = int(self.load.mode.populate)
-        prompt = self.tokenize(self.prompt_text() if text is None else text)
-        res.prompt_tokens = prompt
-        if len(prompt) + cfg.n_predict > cfg.ctx:
-            raise UserError(f"prompt ({len(prompt)} tokens) + -n {cfg.n_predict} exceeds the context -c {cfg.ctx}; "
-                            "raise -c or lower -n")
-        smpl = self._sampler()
+    def keep_prefix(self, n: int) -> int:
+        """Keep the KV cache's first `n` positions and remove the rest; returns how many are kept: `n`, or 0
+        when llama.cpp cannot remove a part and the whole cache is cleared instead. The MTP drafter is not told:
+        it compares the positions the trunk decodes next with those it holds (MtpDrafter.trunk_decoded)."""
         L = self.L
-        # no cyclic garbage collection while generating: the hook allocates per node and per read, and a
-        # full collection (over every object the load created) cost ~10% of the CPU of a decode; the
-        # generation's few cycles are collected after it
-        gc_on = gc.isenabled()
-        gc.freeze()
-        gc.disable()
-        try:
-            t0 = time.perf_counter()
-            if hook:
-                hook.phase = 0
-            io_p = sysstats.proc_io_read_bytes()
-            self._decode(prompt)
-            s.prefill_s = time.perf_counter() - t0
-            io_q = sysstats.proc_io_read_bytes()
-            s.extra["prefill_io_read_mib"] = round((io_q - io_p) / MIB, 3) if io_p >= 0 and io_q >= 0 else UNMEASURED
-            s.n_prompt = len(prompt)
-            if hook:
-                c = hook.take_counters()
-                s.extra["prefill_read_mib"] = round(c.read_bytes / MIB, 3)
-                hook.phase = 1
-
-            def first() -> None:
-                s.ttft_s = time.perf_counter() - t0
-
-            loop = TokenLoop(self, smpl, s, n_predict=cfg.n_predict, turn=turn, history=prompt,
-                             psi_path=self.psi_path, on_first=first)
-            yield from loop.rows()
-            res.tokens = loop.tokens
-            res.eog = loop.finish == "stop"
-        finally:
-            L.llama_sampler_free(smpl)
-            if gc_on:
-                gc.enable()
-        if hook:
-            res.k_effective = hook.k_effective
-            s.extra["k_effective"] = hook.k_effective
-        self.result = res
-
-    def _row(self, step: int, wall_s: float, loop_ms: float, tok: int, turn: int = 0,
-             counters: TokenCounters | None = None) -> TokenRow:
-        """A token's row; the hook's counters are `counters` when given (a verify batch's share), else taken."""
-        cfg, hook = self.cfg, self.hook
-        cache = hook.cache if hook else None
-        r = TokenRow(step=step, steps=cfg.n_predict, wall_ms=wall_s * 1e3, turn=turn, loop_overhead_ms=loop_ms,
-                     token_id=tok)
-        if hook and cache is not None:
-            c = counters if counters is not None else hook.take_counters()
-            r.stall_ms, r.mgmt_ms, r.mgmt_cpu_ms = c.stall_ns / 1e6, c.mgmt_ns / 1e6, c.mgmt_cpu_ns / 1e6
-            r.mgmt_hidden_ms, r.mgmt_bg_cpu_ms = c.mgmt_hidden_ns / 1e6, c.mgmt_bg_cpu_ns / 1e6
-            r.io_ms = c.io_ns / 1e6
-            r.compute_ms = wall_s * 1e3 - r.stall_ms - r.mgmt_ms
-            r.read_bytes = c.read_bytes
-            r.cache_hit_pct = cache.stats.hit_pct if cache.enabled else UNMEASURED
-            r.cache_budget_mib = cache.budget / MIB
-            r.prefetch_bytes, r.prefetch_used_bytes = c.prefetch_bytes, c.prefetch_used_bytes
-            r.prefetch_wasted_bytes = c.prefetch_wasted_bytes
-        if self.dense is not None:
-            r.dense_resident_frac = self.dense.resident_frac(step)
-        if hook and hook.route_ahead is not None:
-            agree = hook.route_ahead.take_agreement()
-            r.route_agree = UNMEASURED if agree is None else round(agree, 6)
-        ps, mi = sysstats.proc_status(), sysstats.meminfo()
-        r.rss_mib, r.rss_anon_mib, r.rss_file_mib, r.swap_mib = ps["VmRSS"], ps["RssAnon"], ps["RssFile"], ps["VmSwap"]
-        r.mem_available_mib, r.mem_free_mib, r.swap_free_mib = mi["MemAvailable"], mi["MemFree"], mi["SwapFree"]
-        return r
+        mem = L.llama_get_memory(self.ctx)
+        if not L.llama_memory_seq_rm(mem, 0, n, -1):
+            L.llama_memory_clear(mem, True)
+            return 0
+        return n

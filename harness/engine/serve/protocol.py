@@ -28,10 +28,11 @@ import json
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, TextIO, get_type_hints
 
 from harness import __version__
 from harness.engine.run.engine import Engine
+from harness.engine.run.session import Sampling
 from harness.engine.serve.turns import Conversation, Delta, TurnResult, sampling_of
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED, TokenRow
@@ -39,7 +40,7 @@ from harness.formats.metrics_csv import UNMEASURED, TokenRow
 MIB = 1048576
 _ROW_KEYS = ("wall_ms", "io_ms", "compute_ms", "mgmt_ms", "stall_ms", "cache_hit_pct", "rss_mib",
              "mem_available_mib")
-SAMPLING = {"n_predict": int, "temp": float, "top_k": int, "top_p": float, "seed": int}
+SAMPLING: dict[str, type] = get_type_hints(Sampling)  # a request's sampling fields and their types
 
 
 def row_telemetry(row: TokenRow) -> dict[str, Any]:

@@ -5,35 +5,26 @@ prompt as tokens (a chat's history rendered through the model's own template, `c
 common prefix with `past` in the KV cache, removes the rest and prefills only the new suffix, then decodes
 token by token, yielding one `Delta` (the token's `TokenRow`, its `turn` set, and its text) per token. The
 caller's `cancel` is checked between tokens (never inside llama.cpp's eval callback). The session protocol,
-the terminal chat and the HTTP server all generate through this one loop.
+the terminal chat and the HTTP server all generate through this one loop, which drives the tokens through the
+engine's one generation driver (harness.engine.run.token_loop.TokenLoop: prefill, decode, rows, summary).
 """
 
 from __future__ import annotations
 
 import codecs
 import ctypes
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from harness.engine.model.prompt import render
 from harness.engine.run.engine import Engine
+from harness.engine.run.session import Sampling
 from harness.engine.run.sinks import TextSink
 from harness.engine.run.token_loop import TokenLoop
 from harness.errors import UserError
 from harness.formats.metrics_csv import Summary, TokenRow
 
-MIB = 1048576
 ROLES = ("system", "user", "assistant")
-
-
-@dataclass(frozen=True)
-class Sampling:
-    n_predict: int
-    temp: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    seed: int = 42
 
 
 @dataclass
@@ -116,9 +107,6 @@ class Conversation:
     """Turns on one engine. Not thread-safe: one caller at a time (the server queues requests)."""
 
     def __init__(self, engine: Engine):
-        from llama_cpp import llama_cpp as L
-
-        self.L = L
         self.engine = engine
         self.sess = engine.session
         self.past: list[int] = []
@@ -156,70 +144,27 @@ class Conversation:
             return 0
         return max(0, min(common_prefix(self.past, tokens), len(tokens) - 1))
 
-    def _sampler(self, sp: Sampling):
-        L = self.L
-        ch = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        if sp.temp <= 0:
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_greedy())
-        else:
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_top_k(sp.top_k))
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_top_p(sp.top_p, 1))
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_temp(sp.temp))
-            L.llama_sampler_chain_add(ch, L.llama_sampler_init_dist(sp.seed))
-        return ch
-
     def _keep(self, n: int) -> None:
         """Keep the first n tokens' KV, drop the rest."""
-        L = self.L
         if n < len(self.past):
-            if not L.llama_memory_seq_rm(L.llama_get_memory(self.sess.ctx), 0, n, -1):
-                L.llama_memory_clear(L.llama_get_memory(self.sess.ctx), True)
-                n = 0
+            n = self.sess.keep_prefix(n)
             del self.past[n:]
 
     def generate(self, tokens: list[int], sp: Sampling, cancel: Callable[[], bool] = lambda: False) -> Iterator[Delta]:
         """One turn; `self.last` holds its result once the generator is exhausted (or closed)."""
         self.check_fits(tokens, sp.n_predict)
-        sess, L = self.sess, self.L
-        hook = sess.hook
+        sess = self.sess
         res = TurnResult(turn=self.turn, n_prompt=len(tokens))
         self.last = res
-        s = res.summary
-        s.load_s = sess.load_s
         self._keep(self.reusable(tokens))
-        reuse = len(self.past)
-        res.n_reused = reuse
-        s.extra["n_reused"] = reuse
+        res.n_reused = len(self.past)
         dec = codecs.getincrementaldecoder("utf-8")("replace")
-        smpl = self._sampler(sp)
+        loop = TokenLoop(sess, self.engine.parts, sp, tokens, turn=self.turn, reused=res.n_reused, cancel=cancel)
+        res.summary, res.tokens = loop.summary, loop.tokens
+        self.past = loop.history  # what the KV cache holds, kept by the loop (emptied when a decode fails)
+        rows = loop.rows()
         try:
-            t0 = time.perf_counter()
-            if hook:
-                hook.phase = 0
-            suffix = tokens[reuse:]
-            self.past = list(tokens)  # what the KV holds once the prefill returns (undone below if it fails)
-            try:
-                sess._decode(suffix)
-            except BaseException:
-                self._reset()
-                raise
-            s.prefill_s = time.perf_counter() - t0
-            s.n_prompt = len(suffix)
-            if hook:
-                c = hook.take_counters()
-                s.extra["prefill_read_mib"] = round(c.read_bytes / MIB, 3)
-                hook.phase = 1
-
-            def first() -> None:
-                s.ttft_s = time.perf_counter() - t0
-
-            def decoded(group: list[int]) -> None:
-                self.past.extend(group)
-
-            loop = TokenLoop(sess, smpl, s, n_predict=sp.n_predict, turn=self.turn, history=tokens, cancel=cancel,
-                             on_decoded=decoded, on_error=self._reset, on_first=first)
-            res.tokens = loop.tokens
-            for row in loop.rows():
+            for row in rows:
                 text = dec.decode(sess.piece(row.token_id))
                 res.text += text
                 for sink in self.sinks:
@@ -227,27 +172,17 @@ class Conversation:
                 try:
                     yield Delta(row, text)
                 except GeneratorExit:
-                    res.finish = "cancelled"  # the caller stopped reading (a client that went away)
+                    loop.stopped()  # the caller stopped reading (a client that went away)
                     raise
-            res.finish = loop.finish
         finally:
-            L.llama_sampler_free(smpl)
-            tail = dec.decode(b"", final=True)
-            res.text += tail
+            rows.close()
+            res.finish = loop.finish
+            res.text += dec.decode(b"", final=True)
             res.n_past = len(self.past)
-            if hook:
-                s.extra["k_effective"] = hook.k_effective
-            self.engine._complete(s)
-            s.extra.update(turn=self.turn, n_past=res.n_past, finish=res.finish)
+            s = loop.finish_summary()
             for sink in self.sinks:
                 sink.finish(s)
             self.turn += 1
-
-    def _reset(self) -> None:
-        """After a failed decode the KV cache's content is unknown: start the next turn from nothing."""
-        L = self.L
-        L.llama_memory_clear(L.llama_get_memory(self.sess.ctx), True)
-        self.past = []
 
     def run(self, tokens: list[int], sp: Sampling, cancel: Callable[[], bool] = lambda: False,
             on_delta: Callable[[Delta], None] = lambda d: None) -> TurnResult:
@@ -259,10 +194,9 @@ class Conversation:
 
 def sampling_of(cfg, **over: object) -> Sampling:
     """The engine flags' sampling, with a request's own values over it (None = keep the flag's)."""
-    base = {"n_predict": cfg.n_predict, "temp": cfg.temp, "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed}
-    base.update({k: v for k, v in over.items() if v is not None})
-    if (cfg.ngram or cfg.mtp) and base["temp"] > 0:
+    sp = Sampling.of(cfg, **over)
+    if (cfg.ngram or cfg.mtp) and sp.temp > 0:
         flag = "--ngram" if cfg.ngram else "--mtp"
         raise UserError(f"this engine guesses ahead ({flag}), which is greedy only: send temp 0, or start it "
                         f"without {flag}")
-    return Sampling(**base)  # type: ignore[arg-type]
+    return sp
