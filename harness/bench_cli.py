@@ -19,6 +19,7 @@ COMMAND_MODULES: list[str] = [
     "replay",
     "quality",
     "timeline",
+    "check",
 ]
 
 app = typer.Typer(

@@ -101,6 +101,14 @@ class CellAudit:
 class Audit:
     cells: list[CellAudit]
 
+    def headline(self) -> str | None:
+        """findings.md's first line when a lossless cell's tokens differ from its base's, else None."""
+        parts = [f"lossless cell '{c.label}' differs from its base '{self.cells[c.base].label}' in run "
+                 + ", ".join(f"{p.run_id} from step {p.first_diff}" for p in c.violations)
+                 for c in self.cells if c.violations]
+        return f"**LOSSLESS AUDIT FAILED**: {'; '.join(parts)} (token ids; section *Output against the base*)." \
+            if parts else None
+
     def violations(self) -> list[str]:
         """One line per lossless run whose tokens differ from its base run's."""
         return [f"lossless cell '{c.label}' run {p.run_id} differs from base run {p.base_run} at step "
