@@ -99,7 +99,7 @@ def _provenance(data: CampaignData) -> tuple[list[str], list[str]]:
     if gaps:
         out.append(f"provenance: device fingerprint lacks {', '.join(gaps)}")
     for r in m.runs:
-        if r.finished and r.model_sha256 is not None and r.model_sha256 != pv.model_sha256:
+        if r.status == "ok" and r.model_sha256 is not None and r.model_sha256 != pv.model_sha256:
             out.append(f"run {r.run_id} ran with another model file than the campaign's (sha256 differs)")
         elif r.status == "ok" and r.model_sha256 is None:
             out.append(f"run {r.run_id}: no model sha256 recorded")
