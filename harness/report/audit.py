@@ -175,7 +175,7 @@ def audit(data: CampaignData) -> Audit:
                 continue
             a, b = _ids(r), _ids(ref)
             if a is None or b is None:
-                ca.kind, ca.why, ca.pairs = "unaudited", ["the engine recorded no token ids (token_id column)"], []
+                ca.kind, ca.why, ca.pairs = "unaudited", ["no token_id column: the engine records no token ids"], []
                 break
             n, same, first = compare(b, a)
             ca.pairs.append(Pair(r.run_id, ref.run_id, n, same, first))

@@ -9,7 +9,8 @@
   and every run's model sha256 equal to the campaign's; a folder from before v3 passes as *legacy*, with
   a note (what ran then cannot be recovered now: hashing today's file would claim what was not checked);
 - the lossless audit clean (harness.report.audit);
-- raw files intact (their sha256 in the manifest) and hashed.
+- raw files intact (their sha256 in the manifest); runs from before file hashes (manifest v1) pass as legacy,
+  with a note naming the migration.
 
 A folder may carry `acknowledged.txt`: problem lines (exactly as this check prints them, without the
 folder) that a reviewer has accepted, each under a `# ` comment saying why; they are reported as
@@ -106,13 +107,13 @@ def _provenance(data: CampaignData) -> tuple[list[str], list[str]]:
     return out, notes
 
 
-def _hashes(data: CampaignData) -> list[str]:
+def _hashes(data: CampaignData) -> tuple[list[str], list[str]]:
     out = [f"{p} changed since its run was committed (sha256 in manifest.json)"
            for p in raw_file_changes(data.folder, data.manifest)]
     un = unhashed_runs(data.manifest)
-    if un:
-        out.append(f"{len(un)} run(s) have no recorded file hashes: `bmoe-bench report {data.folder} --migrate`")
-    return out
+    notes = [f"legacy: {len(un)} run(s) from before file hashes (manifest v1) cannot be checked: "
+             f"`bmoe-bench report {data.folder} --migrate` records them as they are now"] if un else []
+    return out, notes
 
 
 def read_acknowledged(folder: Path) -> list[str]:
@@ -128,7 +129,9 @@ def check_folder(folder: Path | str) -> CheckResult:
     data = load_campaign_data(folder)
     res = CheckResult(folder)
     prov, notes = _provenance(data)
-    found = [*audit(data).violations(), *_runs(data), *prov, *_hashes(data)]
+    hashes, unhashed = _hashes(data)
+    notes += unhashed
+    found = [*audit(data).violations(), *_runs(data), *prov, *hashes]
     ack = read_acknowledged(folder)
     res.problems = [p for p in found if p not in ack]
     res.problems += [f"{ACKNOWLEDGED}: '{a}' no longer occurs: remove it" for a in ack if a not in found]

@@ -108,13 +108,13 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     out.append(f"- **Engine{'s' if m.engines else ''}**: {engines}; harness "
                f"{h.bmoe_bench} at commit `{(h.commit or '?')[:12]}`"
                f"{' (uncommitted changes)' if h.dirty else ''}.")
-    out += provenance_lines(m)
     for k, e in (p.engines or {}).items():
         own = " ".join(f"`{f}={v}`" for f, v in e.flags.items())
         spell = " ".join(f"`{f}` as `{t}`" if t else f"`{f}` omitted" for f, t in e.spell.items())
         if own or spell:
             out.append(f"  - {k}: " + "; ".join(x for x in (f"its own flags {own}" if own else "",
                                                            f"spelling {spell}" if spell else "") if x))
+    out += provenance_lines(m)
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
     out.append(f"- **Fixed**: base flags {flags}; {per}, the first "
