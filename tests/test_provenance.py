@@ -129,3 +129,27 @@ def test_an_older_manifest_loads_as_legacy_and_passes_the_check_with_a_note():
     assert res.ok and res.notes[0].startswith("legacy folder (from before manifest v3)")
     md = build_report(folder, with_plots=False).texts["findings.md"]
     assert "- **Provenance**: not recorded (a folder from before manifest v3)" in md
+
+
+def test_a_dirty_engine_tree_is_a_warning_and_an_older_manifest_still_loads(tmp_path, monkeypatch):
+    from harness.formats.manifest import parse_manifest, save_manifest
+
+    monkeypatch.setenv("BMOE_HASH_CACHE", str(tmp_path / "hashes.json"))
+    res = run_campaign(campaign(tmp_path, repeats=1), root=tmp_path / "bd", console=quiet())
+    m = load_manifest(res.folder)
+    e = m.provenance.engines["external"]
+    e.llama_cpp, e.commit, e.dirty = "0c1e57098", "a" * 40, True
+    save_manifest(res.folder, m)
+    md = build_report(res.folder, with_plots=False).texts["findings.md"]
+    assert "- dirty tree: engine external ran from a source tree with uncommitted changes (commit aaaaaaaaaaaa)" in md
+    assert "source commit `aaaaaaaaaaaa` **with uncommitted changes**" in md
+    checked = check_folder(res.folder)
+    assert checked.ok and "engine external ran from a tree with uncommitted changes (commit aaaaaaaaaaaa)" in \
+        checked.notes
+
+    raw = json.loads((res.folder / "manifest.json").read_text())  # as v2 wrote it: no provenance, no run hashes
+    del raw["provenance"]
+    for r in raw["runs"]:
+        r.pop("model_sha256", None)
+    old = parse_manifest({**raw, "version": 2}, res.folder / "manifest.json")
+    assert old.upgraded_from == 2 and legacy(old) and old.runs[0].model_sha256 is None
