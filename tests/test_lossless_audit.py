@@ -115,3 +115,16 @@ def test_compare_counts_a_shorter_run_as_differing_where_it_stops():
     assert compare(a, a[:2]) == (3, 2, 3)
     assert compare(a, [(0, 5), (0, 9), (0, 7)]) == (3, 2, 2)
     assert compare(a, [(1, 5), (0, 6), (0, 7)]) == (3, 2, 1)  # the turn counts too
+
+
+def test_on_an_engines_axis_each_engine_is_held_to_its_own_base():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "bench-data" / "2026-12-01-peer-cxx"
+    a = audit(load_campaign_data(folder))
+    bases = {c.label: a.cells[c.base].label for c in a.cells}
+    assert bases["bmoe --io-threads=1"] == "bmoe base" and bases["cxx --io-threads=1"] == "cxx base"
+    bmoe = [c for c in a.cells if c.label.startswith("bmoe")]
+    assert all(c.kind == "lossless" and c.identical == 1.0 for c in bmoe)
+    cxx = [c for c in a.cells if c.label.startswith("cxx")]  # the C++ CSV has no token_id column
+    assert all(c.kind == "unaudited" and c.why == ["no token_id column: the engine records no token ids"] for c in cxx)

@@ -80,3 +80,15 @@ def test_a_run_too_short_to_time_and_a_missing_cell(tmp_path):
 def test_check_of_something_that_is_not_a_campaign(tmp_path):
     r = subprocess.run([*BENCH, "check", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and f"{tmp_path}: {tmp_path}: no manifest.json" in r.stderr
+
+
+def test_a_cell_whose_every_run_failed_has_no_result(tmp_path, monkeypatch):
+    from runner_helpers import campaign, quiet
+
+    from harness.campaigns.runner import run_campaign
+
+    monkeypatch.setenv("BMOE_HASH_CACHE", str(tmp_path / "hashes.json"))
+    res = run_campaign(campaign(tmp_path, fail_axis=True), root=tmp_path / "bd", console=quiet())
+    assert res.n_failed == 2
+    problems = check_folder(res.folder).problems
+    assert problems == ["cell 2 ('--fail=3'): every run failed, so it has no result"], problems

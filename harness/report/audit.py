@@ -138,9 +138,10 @@ def compare(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[int, in
 def _base_of(data: CampaignData, i: int) -> int:
     """The cell a cell is compared with: the base cell, or on an engines axis its own engine's base."""
     cell = data.cells[i]
+    base = next((c.index for c in data.cells if not c.varied), 0)  # the reference engine's base on an axis
     if data.plan.engines and cell.engine is not None:
-        return next(c.index for c in data.cells if c.engine == cell.engine and c.setting == 0)
-    return next((c.index for c in data.cells if not c.varied), 0)
+        return next(c.index for c in data.cells if c.engine == cell.engine and c.setting == base)
+    return base
 
 
 def _varied(data: CampaignData, i: int, base: int) -> dict[str, object]:
@@ -189,10 +190,9 @@ def _share(c: CellAudit) -> str:
 
 def audit_section(a: Audit) -> list[str]:
     """findings.md's section: every cell's token ids against its base, lossless cells audited."""
-    if not a.cells or all(c.kind == "unaudited" and not c.pairs for c in a.cells) and \
-            all(c.why == a.cells[0].why for c in a.cells):
-        why = a.cells[0].why[0] if a.cells else "no cells"
-        return ["## Output against the base", "", f"Not audited: {why}.", ""]
+    whys = {tuple(c.why) for c in a.cells if c.kind == "unaudited"}
+    if a.cells and all(c.kind == "unaudited" for c in a.cells) and len(whys) == 1:
+        return ["## Output against the base", "", f"Not audited: {a.cells[0].why[0]}.", ""]
     L = ["## Output against the base", "",
          "Token ids (`token_id`) of every run against its base cell's run of the same round (the base's own "
          "runs against its first). A *lossless* cell differs from its base only in knobs that cannot change "

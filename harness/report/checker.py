@@ -1,6 +1,6 @@
 """`bmoe-bench check DIR...`: is a campaign folder's result sound enough to cite? One line per problem:
 
-- every planned cell present in the manifest, every planned run recorded, none still pending;
+- every planned cell present in the manifest with a result, every planned run recorded, none pending;
 - every ok run valid: its folder and metrics CSV there, the `# summary` line present, as many token rows
   as the run recorded, at least `MIN_KEPT_TOKENS` tokens after the warm-up and `MIN_KEPT_WALL_S` seconds
   of their summed wall time (below that a run's tok/s is timer noise);
@@ -48,7 +48,8 @@ def _runs(data: CampaignData) -> list[str]:
     planned = {c.index for c in p.cells}
     recorded = {r.cell for r in m.runs}
     out += [f"cell {i} ('{p.cells[i].label}') has no run in the manifest" for i in sorted(planned - recorded)]
-    missing = [rid for rid in p.order_of_runs if rid not in {r.run_id for r in m.runs}]
+    have = {r.run_id for r in m.runs}
+    missing = [rid for rid in p.order_of_runs if rid not in have]
     if missing:
         out.append(f"planned runs not in the manifest: {' '.join(missing)}")
     for r in data.runs:
@@ -70,6 +71,10 @@ def _runs(data: CampaignData) -> list[str]:
             elif float(wall.sum()) / 1000 < MIN_KEPT_WALL_S:
                 out.append(f"run {rec.run_id}: its kept tokens took {float(wall.sum()) / 1000:.3f} s, under "
                            f"{MIN_KEPT_WALL_S} s")
+    for c in p.cells:
+        runs = [r for r in m.runs if r.cell == c.index]
+        if runs and all(r.status == "failed" for r in runs):
+            out.append(f"cell {c.index} ('{c.label}'): every run failed, so it has no result")
     return out
 
 
