@@ -34,11 +34,12 @@ OUTPUT_SETTINGS = frozenset({
 })
 
 # an external engine (the C++ original, `bmoe-cli`): the campaign flags, in bmoe's spelling, that it
-# implements without changing the output (its README: streamed output equals resident; lanes, cache,
-# O_DIRECT, dense placement and history prefetch are I/O only)
+# implements without changing the output (its README's knob table: streaming, the cache, read lanes,
+# O_DIRECT, dense placement, --overlap ("byte-identical") and both prefetchers only move reads; it names
+# --drop-cold-experts, --n-expert-used and --route-ahead lossy). Anything else is compared, not audited.
 EXTERNAL_LOSSLESS = frozenset({
     "--moe-stream", "--cache-mb", "--cache-ceil-mb", "--force-cache", "--io-threads", "--no-odirect",
-    "--dense-weights", "--prefetch",
+    "--dense-weights", "--overlap", "--prefetch", "--predict-prefetch", "--predict-spec-max",
 })
 
 _BY_FLAG = {f: s for s in SPECS for f in s.flag.flags}
