@@ -48,7 +48,8 @@ def test_a_campaign_records_its_provenance_and_fails_a_run_whose_model_changed(t
     for r in m.runs:
         assert r.model_sha256 == pv.model_sha256
         assert read_outcome(res.folder / "runs" / r.run_id / "outcome.json").model_sha256 == pv.model_sha256
-    assert check_folder(res.folder).ok, check_folder(res.folder).problems
+    no_result = ["cell 2 ('--fail=3'): every run failed, so it has no result"]  # the only problem: provenance is whole
+    assert check_folder(res.folder).problems == no_result
 
     md = build_report(res.folder, with_plots=False).texts["findings.md"]
     assert f"- **Model file**: `model.bin` sha256 `{sha(model)}` (hashed on the target" in md
@@ -63,7 +64,7 @@ def test_a_campaign_records_its_provenance_and_fails_a_run_whose_model_changed(t
     assert r.reason.startswith("the model file changed since the campaign started (model.bin: "
                                f"{sha(model)[:12]} (campaign: {pv.model_sha256['model.bin'][:12]})")
     assert r.model_sha256 == {"model.bin": sha(model)}
-    assert check_folder(res.folder).ok  # a failed run with its reason is accounted for
+    assert check_folder(res.folder).problems == no_result  # the refused run is accounted for by its reason
 
     # an ok run recorded with another model than the campaign's is a problem
     mj = json.loads((res.folder / "manifest.json").read_text())
