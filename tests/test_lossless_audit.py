@@ -109,12 +109,13 @@ def test_classify():
     assert bmoe_lossless("--no-evict-thread") and not bmoe_lossless("--seed") and not bmoe_lossless("--nope")
 
 
-def test_compare_counts_a_shorter_run_as_differing_where_it_stops():
+def test_compare_goes_turn_by_turn_and_counts_a_shorter_run_as_differing_where_it_stops():
     a = [(0, 5), (0, 6), (0, 7)]
     assert compare(a, a) == (3, 3, None)
-    assert compare(a, a[:2]) == (3, 2, 3)
-    assert compare(a, [(0, 5), (0, 9), (0, 7)]) == (3, 2, 2)
-    assert compare(a, [(1, 5), (0, 6), (0, 7)]) == (3, 2, 1)  # the turn counts too
+    assert compare(a, a[:2]) == (3, 2, (0, 3))
+    assert compare(a, [(0, 5), (0, 9), (0, 7)]) == (3, 2, (0, 2))
+    # a reply one token longer in the first prompt does not shift the second prompt's comparison
+    assert compare([(0, 5), (1, 6), (1, 7)], [(0, 5), (0, 8), (1, 6), (1, 7)]) == (4, 3, (0, 2))
 
 
 def test_on_an_engines_axis_each_engine_is_held_to_its_own_base():

@@ -72,7 +72,12 @@ class Pair:
     base_run: str
     n: int  # tokens compared (the longer of the two sequences)
     same: int  # positions with the same token id
-    first_diff: int | None  # the step (1-based, as the CSV's step column) of the first difference, or None
+    first_diff: int | None  # the step (the CSV's step column, 1-based) of the first difference, or None
+    turn: int | None = None  # the CSV's turn (0-based prompt) of that step, in a run that answers several
+
+    @property
+    def where(self) -> str:
+        return f"step {self.first_diff}" + (f" of prompt {self.turn + 1}" if self.turn is not None else "")
 
 
 @dataclass
@@ -105,15 +110,15 @@ class Audit:
     def headline(self) -> str | None:
         """findings.md's first line when a lossless cell's tokens differ from its base's, else None."""
         parts = [f"lossless cell '{c.label}' differs from its base '{self.cells[c.base].label}' in run "
-                 + ", ".join(f"{p.run_id} from step {p.first_diff}" for p in c.violations)
+                 + ", ".join(f"{p.run_id} from {p.where}" for p in c.violations)
                  for c in self.cells if c.violations]
         return f"**LOSSLESS AUDIT FAILED**: {'; '.join(parts)} (token ids; section *Output against the base*)." \
             if parts else None
 
     def violations(self) -> list[str]:
         """One line per lossless run whose tokens differ from its base run's."""
-        return [f"lossless cell '{c.label}' run {p.run_id} differs from base run {p.base_run} at step "
-                f"{p.first_diff} ({p.same} of {p.n} token ids identical)" for c in self.cells for p in c.violations]
+        return [f"lossless cell '{c.label}' run {p.run_id} differs from base run {p.base_run} at {p.where} "
+                f"({p.same} of {p.n} token ids identical)" for c in self.cells for p in c.violations]
 
 
 def _ids(r: RunData) -> list[tuple[int, int]] | None:
@@ -128,11 +133,25 @@ def _ids(r: RunData) -> list[tuple[int, int]] | None:
     return [(int(turns[i]) if turns is not None else 0, t) for i, t in enumerate(ids)]
 
 
-def compare(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[int, int, int | None]:
-    """(positions compared, positions equal, 1-based position of the first difference or None)."""
-    n = max(len(a), len(b))
-    same = sum(1 for x, y in zip(a, b, strict=False) if x == y)
-    first = next((i + 1 for i in range(n) if i >= len(a) or i >= len(b) or a[i] != b[i]), None)
+def compare(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> tuple[int, int, tuple[int, int] | None]:
+    """Two runs' (turn, token id) rows, compared turn by turn (a run answering several prompts restarts its
+    steps at each): (tokens compared, tokens equal, (turn, 1-based step) of the first difference or None).
+    A turn one run ends early differs from the step after its last token."""
+    ta: dict[int, list[int]] = {}
+    tb: dict[int, list[int]] = {}
+    for rows, out in ((a, ta), (b, tb)):
+        for t, tok in rows:
+            out.setdefault(t, []).append(tok)
+    n = same = 0
+    first = None
+    for t in sorted(set(ta) | set(tb)):
+        x, y = ta.get(t, []), tb.get(t, [])
+        m = max(len(x), len(y))
+        n += m
+        same += sum(1 for u, v in zip(x, y, strict=False) if u == v)
+        if first is None:
+            i = next((i for i in range(m) if i >= len(x) or i >= len(y) or x[i] != y[i]), None)
+            first = None if i is None else (t, i + 1)
     return n, same, first
 
 
@@ -180,7 +199,9 @@ def audit(data: CampaignData) -> Audit:
                 ca.kind, ca.why, ca.pairs = "unaudited", ["no token_id column: the engine records no token ids"], []
                 break
             n, same, first = compare(b, a)
-            ca.pairs.append(Pair(r.run_id, ref.run_id, n, same, first))
+            multi = len({t for t, _ in a} | {t for t, _ in b}) > 1
+            ca.pairs.append(Pair(r.run_id, ref.run_id, n, same, first[1] if first else None,
+                                 first[0] if first and multi else None))
     return Audit(out)
 
 
@@ -203,7 +224,7 @@ def audit_section(a: Audit) -> list[str]:
     for c in a.cells:
         kind = c.kind + (f" ({', '.join(c.why)})" if c.why else "")
         d = c.first_diff
-        first = "none" if d is None else f"{d.run_id} at step {d.first_diff}"
+        first = "none" if d is None else f"{d.run_id} at {d.where}"
         if c.kind == "unaudited" or not c.pairs:
             first = "n/a"
         verdict = " **VIOLATION**" if c.violations else ""
