@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "replay",
     "quality",
     "timeline",
+    "check",
 ]
 
 app = typer.Typer(

@@ -26,6 +26,7 @@ from rich.console import Console
 from harness.campaigns import store
 from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
+from harness.campaigns.provenance import campaign_provenance, model_mismatch, model_sha256
 from harness.campaigns.questions import quality_record, take_replies, write_prompts_file
 from harness.campaigns.schema import Campaign
 from harness.campaigns.traces import take_traces, trace_outputs
@@ -275,6 +276,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                     _note_other_plans(root, plan, h, console)
                 res = resolve_inputs(plan, target, console)
                 m = new_manifest(plan, rec, target.describe(), res, now)
+                m.provenance = campaign_provenance(plan, target, res, m.target.dump())
                 if plan.campaign.target.kind == "local":
                     from harness.campaigns.probe import probe_read_bandwidth
 
@@ -342,7 +344,8 @@ def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolve
                 r = m.runs[i]
                 cell = plan.cells[r.cell]
                 prog.start_run(r.run_id, cell.label, r.round + 1, c.repeats, cell.index)
-                outcome, hashes = _one_run(plan, r, folder, target, res, prog)
+                outcome, hashes = _one_run(plan, r, folder, target, res, prog,
+                                           m.provenance.model_sha256 if m.provenance else None)
                 m.runs[i] = r.finish(outcome, hashes)
                 save_manifest(folder, m)
                 prog.end_run(r.run_id, cell.label, outcome.dump())
@@ -360,8 +363,9 @@ def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolve
 
 
 def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
-             prog: RunProgress) -> tuple[Outcome, dict[str, str]]:
-    """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files)."""
+             prog: RunProgress, want_model: dict[str, str] | None) -> tuple[Outcome, dict[str, str]]:
+    """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files). A
+    model file other than the campaign's (`want_model`, its sha256) fails the run without starting it."""
     c = plan.campaign
     cell = plan.cells[r.cell]
     tmp = store.tmp_run_dir(folder, r.run_id)
@@ -374,6 +378,12 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
             raise disk_full(tmp, None) from None
         raise
 
+    have_model = model_sha256(target, res.model_path)
+    refuse = model_mismatch(want_model, have_model) if want_model is not None else None
+    if refuse is not None:
+        write_states(tmp / STATE_FILE, [])
+        refused = _refused(refuse, store.iso(time.time()), have_model)
+        return refused, store.commit_run(folder, r.run_id, refused)
     gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
     evicted = None
     if c.target.kind == "local" and c.target.evict_model:
@@ -443,6 +453,13 @@ def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolv
         oom_killed=done.oom_killed, argv=argv,
         model_evicted=Eviction(**evicted) if evicted is not None else None,
         gate=GateRecord(**gate.record()), entry_state=DeviceSample(**gate.entry),
-        n_state_samples=len(sampler.samples), sampler_errors=sampler.errors,
+        n_state_samples=len(sampler.samples), sampler_errors=sampler.errors, model_sha256=have_model,
     )
     return outcome, store.commit_run(folder, r.run_id, outcome)
+
+
+def _refused(reason: str, t: str, model: dict[str, str]) -> Outcome:
+    """The outcome of a run not started (every field given, as for any finished run)."""
+    return Outcome(status="failed", reason=reason, start=t, end=t, wall_s=0.0, exit_code=None, tokens=None,
+                   tok_s_all=None, peak_mem_mib=None, oom_killed=None, argv=None, model_evicted=None, gate=None,
+                   entry_state=None, n_state_samples=0, sampler_errors=[], model_sha256=model)

@@ -109,8 +109,9 @@ def report(
     folder: Path | None = typer.Argument(None, help="campaign folder under bench-data/ (with --all: the "
                                                     "bench-data folder, default bench-data)"),
     check: bool = typer.Option(False, "--check", help="exit non-zero if a run's raw files changed since it was "
-                                                      "committed, or findings.md or results.csv differ from "
-                                                      "what the raw data gives"),
+                                                      "committed, findings.md or results.csv differ from "
+                                                      "what the raw data gives, or `bmoe-bench check` finds a "
+                                                      "problem"),
     migrate: bool = typer.Option(False, "--migrate", help="rewrite an older manifest at the current version, "
                                                           "recording the sha256 of the raw files as they are now"),
     all_: bool = typer.Option(False, "--all", help="write reports/README.md (next to bench-data/): every "
@@ -132,9 +133,15 @@ def report(
         if not check:
             return
     if check:
+        from harness.report.checker import check_folder
+
         bad = check_report(folder)
         if bad:
             raise UserError(check_message(folder, bad))
+        checked = check_folder(folder)
+        if not checked.ok:
+            raise UserError(f"{folder}: `bmoe-bench check` finds {len(checked.problems)} problem(s): "
+                            + " | ".join(checked.problems))
         note = unverified_note(folder)
         graded = (Path(folder) / GRADES_FILE).is_file()
         typer.echo(f"{folder}: {'' if note else 'raw files unchanged since committed, '}{FINDINGS}"

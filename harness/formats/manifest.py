@@ -1,4 +1,4 @@
-"""`bmoe-manifest v2`: a campaign folder's manifest.json, the record of everything that defines its runs
+"""`bmoe-manifest v3`: a campaign folder's manifest.json, the record of everything that defines its runs
 and of every run's outcome, rewritten atomically after each run.
 
     format, version, created, status ("running", "complete", "interrupted", "stopped: ...")
@@ -10,10 +10,16 @@ and of every run's outcome, rewritten atomically after each run.
                         sha256 of every raw file of the run as committed (metrics.csv, state.jsonl,
                         engine.log, outcome.json, and a quality run's replies.jsonl)
     sessions            one entry per `bmoe-bench run` that worked on the folder
+    provenance          (v3) what exactly ran: the model files' sha256 (hashed on the target), each engine's
+                        identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
+                        whether it was dirty; external: its --version line and the binary's sha256) and the
+                        device's fingerprint (each run's outcome has the model_sha256 it ran with)
 
-Versions: v1 had no file hashes. `load_manifest` upgrades a v1 file in memory (its runs then have no
-hashes to check: `unhashed_runs`); `migrate_folder` rewrites it as v2 with the hashes of the files as they
-are now. A version newer than this code is refused, naming the file.
+Versions: v1 had no file hashes; v2 no provenance. `load_manifest` upgrades an older file in memory (a v1
+file's runs then have no hashes to check: `unhashed_runs`; a v1 or v2 file has no provenance: `legacy`);
+`migrate_folder` rewrites it at the current version with the hashes of the files as they are now (it
+cannot know what ran then, so provenance stays absent). A version newer than this code is refused,
+naming the file.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from harness.formats.outcome import Outcome
 from harness.formats.record import Record, validate
 
 FORMAT = "bmoe-manifest"
-VERSION = 2
+VERSION = 3
 
 FlagValue = bool | int | float | str | None
 
@@ -207,6 +213,35 @@ class RunRecord(Attempt, RunSlot):
                          status="pending")
 
 
+class EngineIdentity(Record):
+    """Which build of an engine ran (v3)."""
+
+    version: str  # the first line of `ENGINE --version`
+    sha256: str | None = None  # external: the executable's sha256, hashed on the target
+    llama_cpp: str | None = None  # bmoe: the llama.cpp commit its pinned llama-cpp-python vendors
+    commit: str | None = None  # bmoe: the git commit of the tree its code was loaded from
+    dirty: bool | None = None  # bmoe: that tree had uncommitted changes (a warning in the findings)
+
+
+class DeviceFingerprint(Record):
+    """What the device is, as far as a result depends on it (v3). adb: the build fingerprint, SoC, RAM and
+    Android version; local: the CPU model and kernel."""
+
+    kind: Literal["local", "adb"]
+    fingerprint: str | None = None  # adb: ro.build.fingerprint
+    soc: str | None = None  # adb: ro.soc.model, else ro.board.platform
+    android: str | None = None  # adb: ro.build.version.release
+    cpu_model: str | None = None
+    kernel: str | None = None
+    mem_total_mib: float | None = None
+
+
+class Provenance(Record):
+    model_sha256: dict[str, str]  # model file name -> sha256 (every shard of a split model), on the target
+    engines: dict[str, EngineIdentity]  # by engine label (the engines axis), or the engine's kind
+    device: DeviceFingerprint
+
+
 class Manifest(Record):
     format: Literal["bmoe-manifest"]
     version: int
@@ -224,6 +259,7 @@ class Manifest(Record):
     runs: list[RunRecord]
     sessions: list[SessionRecord]
     engines: dict[str, EngineDesc] | None = None  # engines axis: every engine, by label (set only there)
+    provenance: Provenance | None = None  # v3; None in a folder from before it (legacy)
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @property
@@ -253,6 +289,8 @@ def _upgrade(obj: dict, path: Path) -> tuple[dict, int | None]:
                         f"upgrade bmoe")
     if v == 1:  # v2 adds runs[].sha256, absent here: nothing to rewrite
         obj = {**obj, "version": 2}
+    if obj["version"] == 2:  # v3 adds provenance and runs[].model_sha256, absent here: nothing to rewrite
+        obj = {**obj, "version": 3}
     return obj, (v if v < VERSION else None)
 
 
@@ -278,7 +316,8 @@ def load_manifest(folder: Path | str) -> Manifest:
 
 
 def save_manifest(folder: Path | str, m: Manifest) -> None:
-    """Always written at VERSION (an upgraded v1 manifest is saved as v2: its unhashed runs stay unhashed)."""
+    """Always written at VERSION (an upgraded manifest is saved at it: its unhashed runs stay unhashed, its
+    missing provenance missing)."""
     m.version = VERSION
     m._upgraded_from = None
     atomic_write_json(Path(folder) / MANIFEST, m.dump())
@@ -328,3 +367,8 @@ def migrate_folder(folder: Path | str) -> tuple[int, list[str]]:
     if hashed or old != VERSION:
         save_manifest(folder, m)
     return old, hashed
+
+
+def legacy(m: Manifest) -> bool:
+    """A folder from before manifest v3: what model, engine build and device ran is not recorded."""
+    return m.provenance is None

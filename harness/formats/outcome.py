@@ -36,6 +36,9 @@ class Eviction(Record):
     errors: list[str]
 
 
+LATER = ("model_sha256",)  # fields added after runs were first recorded: absent in older records
+
+
 class Outcome(Record):
     """The fields but `status` default to None only so that a pending run's record (which has none of
     them) can share this field list; a finished run must give them all (checked)."""
@@ -56,11 +59,12 @@ class Outcome(Record):
     entry_state: DeviceSample | None = None  # the sample that passed the gate
     n_state_samples: int | None = None
     sampler_errors: list[str] | None = None
+    model_sha256: dict[str, str] | None = None  # the model files' sha256 as the run began (manifest v3)
 
     @model_validator(mode="after")
     def _finished_runs_are_whole(self) -> Outcome:
         if self.status != "pending":
-            missing = [f for f in Outcome.model_fields if f not in self.model_fields_set]
+            missing = [f for f in Outcome.model_fields if f not in self.model_fields_set and f not in LATER]
             if missing:
                 raise ValueError(f"the record of a finished run ({self.status}) lacks {', '.join(missing)}")
         return self

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
 from harness.report.peers import engines_section
+from harness.report.provenance_md import provenance_lines, provenance_warnings
 from harness.report.results import Results
 from harness.report.traced import traced_section
 
@@ -112,6 +114,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
         if own or spell:
             out.append(f"  - {k}: " + "; ".join(x for x in (f"its own flags {own}" if own else "",
                                                            f"spelling {spell}" if spell else "") if x))
+    out += provenance_lines(m)
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
     out.append(f"- **Fixed**: base flags {flags}; {per}, the first "
@@ -320,21 +323,25 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
                     quality: list[str] | None = None) -> str:
     """`quality`: a quality campaign's section (harness.report.quality), placed after the run order."""
     p, m = data.plan, data.manifest
-    L: list[str] = [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied)
-                    + f" vs {res.base.label}", ""]
+    aud = audit(data)
+    head = aud.headline()  # a lossless cell whose tokens differ from its base's: the first line
+    L: list[str] = [head, ""] if head else []
+    L += [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied) + f" vs {res.base.label}", ""]
     L += ["## Verdict", ""] + verdict(res) + [""]
     n_fail = sum(len(c.failures) for c in res.cells)
     pending = sum(1 for r in data.runs if not r.rec.finished)
     if pending:
         L += [f"**Incomplete campaign**: {pending} of {len(data.runs)} runs have not run yet; rerun the "
               f"campaign command to finish it.", ""]
-    if res.findings:
-        L += ["**Warnings**", ""] + [f"- {f.kind}: {f.message}" for f in res.findings] + [""]
+    warn = [f"- {f.kind}: {f.message}" for f in res.findings] + [f"- {w}" for w in provenance_warnings(m)]
+    if warn:
+        L += ["**Warnings**", ""] + warn + [""]
     L += _setup(data, res)
     L += ["## Results", ""] + _table(res) + [""]
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
     L += engines_section(data)
+    L += audit_section(aud)
     L += traced_section(data)
     L += ["## Run order and entry state", "",
           f"{len(data.runs)} runs, {n_fail} failed. Entry state is the device sample that passed the cooldown "

@@ -57,6 +57,7 @@ class Row:
     flash: str
     hit: str
     folder: str
+    flags: dict[str, str] = field(default_factory=dict)  # engine flags not in the columns: name -> value as run
 
 
 @dataclass
@@ -157,7 +158,65 @@ def cell_row(c: CellResult, model: Model, cap_mib: float | None, folder: str) ->
     lanes = str(cfg.get("cfg.io_threads", "?")) if streamed else "n/a"
     hit = _pct(c.hit_pct) if cache_on else "n/a"
     return Row(setup=", ".join(setup), active=active, cache=cache, lanes=lanes, tok_s=fmt_tok_s(c.tok_s, c),
-               flash=_mib(c.mib_per_tok), hit=hit, folder=folder)
+               flash=_mib(c.mib_per_tok), hit=hit, folder=folder, flags=other_flags(cfg))
+
+
+# engine flags the columns already show (Setup, Active experts, Cache, Lanes), or a run's own paths and texts
+_SHOWN = {"moe_stream", "cache_mb", "cache_ceil_mb", "cache_policy", "cache_preload", "odirect", "dense_weights",
+          "route_replay", "drop_cold_experts", "n_expert_used", "io_threads", "model", "prompt", "csv", "progress",
+          "route_trace", "replies", "prompts_file", "io_trace", "compute_trace",
+          "n_predict"}  # tokens per run: the campaign's, in the folder's note
+
+
+def other_flags(cfg: dict[str, str]) -> dict[str, str]:
+    """A cell's engine flags (CSV preamble cfg.*) that no column shows; a flag its build did not have yet
+    is absent (its default applies)."""
+    return {k[4:]: v for k, v in cfg.items() if k.startswith("cfg.") and k[4:] not in _SHOWN}
+
+
+def _flag_text(name: str, value: str) -> str:
+    from harness.engine.config import SPECS
+
+    spec = next((s for s in SPECS if s.name == name), None)
+    if spec is None:
+        return f"{name}={value}"
+    if spec.switch:
+        on = value == str(not spec.default)
+        return spec.label if on else f"not {spec.label}"
+    return f"{spec.label} {value}"
+
+
+def _default(name: str) -> str | None:
+    from harness.engine.config import SPECS
+
+    spec = next((s for s in SPECS if s.name == name), None)
+    return None if spec is None else str(spec.shown(spec.default))
+
+
+def differing(rows: list[Row]) -> list[list[str]]:
+    """For each row, the flags that vary in its table set to other than the table's common base (a switch:
+    its default state; a value: the one most rows have, a tie going to the default), as llama-bench shows
+    only what varies; the other columns show the rest."""
+    from harness.engine.config import SPECS
+
+    order = {s.name: i for i, s in enumerate(SPECS)}  # the flag table's order, unknown names last
+    names = sorted(set().union(*(r.flags for r in rows)) if rows else [], key=lambda n: (order.get(n, 999), n))
+    out: list[list[str]] = [[] for _ in rows]
+    for n in names:
+        vals = [r.flags.get(n, _default(n)) for r in rows]
+        if len(set(vals)) < 2:
+            continue
+        default = _default(n)
+        if default in ("True", "False"):  # a switch: its default state
+            base = default
+        else:  # a value: the one most rows have, a tie going to the default
+            top = max(vals.count(v) for v in vals)
+            common = sorted(str(v) for v in set(vals) if vals.count(v) == top)
+            base = default if default in common else common[0]
+        for i, v in enumerate(vals):
+            if v != base:
+                out[i].append(_flag_text(n, str(v)))
+    return out
 
 
 def summarize(name: str, data: CampaignData, res: Results) -> Folder:
@@ -210,7 +269,9 @@ def render(folders: list[Folder], others: list[tuple[str, str]], bench_link: str
         "**How to read the tables.** One table per model; each row is one cell of one campaign, and the "
         "folder it comes from has the raw data, its findings.md and the command that reproduces it. "
         "Rows in a table can come from different campaigns and engine versions: compare rows of the same "
-        "folder first. *mmap baseline* is the same file loaded the ordinary way (no streaming). *Active "
+        "folder first. *Setup* names, in `code`, every engine flag that varies within the table where a row "
+        "differs from the table's common base (a switch: its default; a value: the one most rows have). "
+        "*mmap baseline* is the same file loaded the ordinary way (no streaming). *Active "
         "experts* is how many experts each token routes to (`--n-expert-used`; below the model's own "
         "it is lossy). *tok/s* is the mean over a cell's runs of tokens / their summed wall time, "
         "warm-up tokens dropped, with a seeded bootstrap 95% CI across runs. *Flash/token* is data read "
@@ -222,11 +283,11 @@ def render(folders: list[Folder], others: list[tuple[str, str]], bench_link: str
         out += [f"## {model.title()}", "",
                 "| " + " | ".join(_COLUMNS) + " |",
                 "|" + "|".join("---:" if c in _RIGHT else "---" for c in _COLUMNS) + "|"]
-        for f in fs:
-            for r in f.rows:
-                link = f"[{r.folder}]({bench_link}/{r.folder}/findings.md)"
-                out.append("| " + " | ".join([r.setup, r.active, r.cache, r.lanes, r.tok_s, r.flash, r.hit,
-                                              link]) + " |")
+        rows = [r for f in fs for r in f.rows]
+        for r, extra in zip(rows, differing(rows), strict=True):
+            link = f"[{r.folder}]({bench_link}/{r.folder}/findings.md)"
+            setup = ", ".join([r.setup, *(f"`{x}`" for x in extra)])
+            out.append("| " + " | ".join([setup, r.active, r.cache, r.lanes, r.tok_s, r.flash, r.hit, link]) + " |")
         out.append("")
         out += [f"- `{f.name}`: {f.note}" for f in fs]
         out.append("")

@@ -20,8 +20,8 @@ from harness.stats import Interval
 
 # the shared vocabulary: what a setting is, whichever engine ran it
 KEYS = ("model", "threads", "n_ctx", "moe_stream", "cache_mib", "cache_policy", "io_threads", "o_direct",
-        "dense_weights", "n_expert_used", "temp", "chatml", "prefetch", "drop_cold_frac", "load_all",
-        "n_prompt", "n_decode")
+        "dense_weights", "n_expert_used", "temp", "chatml", "prefetch", "predict_prefetch", "route_ahead",
+        "drop_cold_frac", "load_all", "n_prompt", "n_decode")
 LRU = "lru"  # the C++ original's only cache policy
 
 
@@ -56,7 +56,10 @@ def _bmoe(meta: dict[str, str], summ: dict[str, str]) -> dict[str, str | None]:
         "n_expert_used": _num(summ.get("k_effective")) or (k if k not in (None, "0") else
                                                            _num(meta.get("n_expert_used_model"))),
         "temp": _num(meta.get("cfg.temp")), "chatml": _b(meta.get("cfg.chatml")),
-        "prefetch": "0", "drop_cold_frac": _num(meta.get("cfg.drop_cold_experts", "0")), "load_all": "0",
+        # a knob absent from the preamble did not exist in that build: off
+        "prefetch": _num(meta.get("cfg.prefetch", "0")), "predict_prefetch": _b(meta.get("cfg.predict_prefetch", "0")),
+        "route_ahead": _num(meta.get("cfg.route_ahead", "0")),
+        "drop_cold_frac": _num(meta.get("cfg.drop_cold_experts", "0")), "load_all": "0",
     }
 
 
@@ -71,6 +74,7 @@ def _cxx(meta: dict[str, str], summ: dict[str, str]) -> dict[str, str | None]:
         "io_threads": _num(meta.get("io_threads")), "o_direct": _b(meta.get("o_direct")),
         "dense_weights": meta.get("dense_weights"), "n_expert_used": _num(meta.get("n_expert_used")),
         "temp": _num(meta.get("temp")), "chatml": _b(meta.get("chatml")), "prefetch": _num(meta.get("prefetch")),
+        "predict_prefetch": _b(meta.get("predict_prefetch")), "route_ahead": _num(meta.get("route_ahead")),
         "drop_cold_frac": _num(meta.get("drop_cold_frac")), "load_all": _b(meta.get("load_all")),
     }
 

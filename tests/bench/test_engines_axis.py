@@ -141,5 +141,5 @@ def test_the_cxx_preamble_reads_as_separate_keys_in_the_shared_vocabulary():
     got = comparable(Run())  # type: ignore[arg-type]
     assert got == {"model": "model.gguf", "threads": "1", "n_ctx": "512", "moe_stream": "1", "cache_mib": "160",
                    "cache_policy": "lru", "io_threads": "4", "o_direct": "1", "dense_weights": "anon",
-                   "n_expert_used": "6", "temp": "0", "chatml": "0", "prefetch": "0", "drop_cold_frac": "0",
-                   "load_all": "0", "n_prompt": "45", "n_decode": "2"}
+                   "n_expert_used": "6", "temp": "0", "chatml": "0", "prefetch": "0", "predict_prefetch": "0",
+                   "route_ahead": "0", "drop_cold_frac": "0", "load_all": "0", "n_prompt": "45", "n_decode": "2"}

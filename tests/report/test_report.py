@@ -11,7 +11,7 @@ import pytest
 from harness import stats
 from harness.campaigns import store
 from harness.errors import UserError
-from harness.formats.manifest import ReadBandwidth, RunRecord, load_manifest, save_manifest
+from harness.formats.manifest import VERSION, ReadBandwidth, RunRecord, load_manifest, save_manifest
 from harness.formats.metrics_csv import parse_metrics, read_metrics
 from harness.report.build import build_report, check_report, write_report
 from harness.report.collect import load_campaign_data
@@ -204,7 +204,7 @@ def test_cli_report_check_exit_codes(tmp_path):
 def test_refuses_a_newer_manifest(tmp_path):
     folder = two_cell_folder(tmp_path)
     p = folder / "manifest.json"
-    p.write_text(p.read_text().replace('"version": 2,', '"version": 99,', 1))
+    p.write_text(p.read_text().replace(f'"version": {VERSION},', '"version": 99,', 1))
     with pytest.raises(UserError, match="version 99 is newer than this bmoe-bench understands"):
         load_campaign_data(folder)
 
