@@ -14,7 +14,7 @@ from harness.campaigns.validate import engine_argv_tail, plan_campaign
 from harness.formats.manifest import plan_hash
 from harness.formats.replies import prompts_text, read_prompts, read_replies
 from harness.quality.grade import GRADER, GRADER_VERSION
-from tests.bench.test_campaign_schema import errors, write
+from tests.helpers.campaign import errors, write
 
 REPO = Path(__file__).resolve().parents[2]
 
