@@ -18,11 +18,10 @@ from harness.adb_shell import sh_join
 from harness.errors import UserError
 from harness.targets import Target
 from harness.targets.adb import AdbTarget
+from tests.helpers.adbd import SERIAL
 
-SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
 pytestmark = [
     pytest.mark.adb,
-    pytest.mark.skipif(SERIAL is None, reason="needs the loopback adbd: run tests/adbd/run-adb-tests.sh"),
 ]
 
 # An engine for the device: a POSIX sh script. Its argv goes to args.bin (NUL-separated) so the test can

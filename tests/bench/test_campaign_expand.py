@@ -135,16 +135,8 @@ def test_external_engine_spells_its_own_flags(tmp_path):
     assert "--progress" not in argv and argv[-2:] == ["--x", "1"]
 
 
-def _has_flag(flag: str) -> bool:
-    from harness.engine.config import SPECS
-
-    return any(flag in s.flag.flags for s in SPECS)
-
-
 @pytest.mark.parametrize("path", sorted(CAMPAIGNS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_campaign_file_loads_and_expands(path):
-    if path.name == "quality-drop.yaml" and not _has_flag("--drop-cold-experts"):
-        pytest.skip("quality-drop.yaml needs --drop-cold-experts (issue 12 item 5), not in this engine yet")
     plan = plan_campaign(path, check_files=False)
     assert len(plan.cells) >= 2
     assert len(plan.runs) == len(plan.cells) * plan.campaign.repeats

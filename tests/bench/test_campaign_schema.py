@@ -1,38 +1,12 @@
 """Campaign validation: every error names the file and line, and says what to do."""
 
-import textwrap
 
 import pytest
 
 from harness.campaigns.schema import load_campaign
 from harness.campaigns.validate import plan_campaign
-from harness.campaigns.yamlsrc import CampaignError
 from harness.errors import UserError
-
-GOOD = """\
-name: t
-model: {recipe: {n_layer: 2}}
-target: {kind: local, mem_cap_mib: 512}
-flags: {-t: 2, --moe-stream: true}
-axes:
-  - flag: --cache-mb
-    values: [0, 64]
-repeats: 2
-tokens: 8
-warmup_tokens: 2
-"""
-
-
-def write(tmp_path, text, name="c.yaml"):
-    p = tmp_path / name
-    p.write_text(textwrap.dedent(text))
-    return p
-
-
-def errors(path):
-    with pytest.raises(CampaignError) as ei:
-        plan_campaign(path)
-    return ei.value.lines
+from tests.helpers.campaign import GOOD, errors, write
 
 
 def test_good_campaign_loads(tmp_path):

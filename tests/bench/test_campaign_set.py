@@ -16,7 +16,7 @@ from harness.campaigns.runner import plan_record, run_campaign
 from harness.campaigns.validate import plan_campaign
 from harness.campaigns.yamlsrc import CampaignError
 from harness.formats.manifest import load_manifest, plan_hash, save_manifest
-from tests.bench.test_campaign_schema import GOOD
+from tests.helpers.campaign import GOOD
 from tests.helpers.runner import BENCH, campaign, quiet
 
 

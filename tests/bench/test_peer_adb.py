@@ -5,7 +5,6 @@ scripts/build-peer.sh (skips without it): `--set` overrides push that binary and
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
@@ -17,13 +16,12 @@ from harness.formats.metrics_csv import read_metrics
 from harness.report.build import check_report
 from harness.synth import make_model
 from harness.synth.shapes import shape_spec
+from tests.helpers.adbd import SERIAL
 from tests.helpers.peer import peer_cli
 
-SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
 pytestmark = [
     pytest.mark.adb,
     pytest.mark.engine,
-    pytest.mark.skipif(SERIAL is None, reason="needs the loopback adbd: run tests/adbd/run-adb-tests.sh"),
 ]
 
 REPO = Path(__file__).resolve().parents[2]

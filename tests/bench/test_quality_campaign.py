@@ -11,11 +11,10 @@ import pytest
 from harness.campaigns.questions import prompt_items, quality_record
 from harness.campaigns.runner import plan_record
 from harness.campaigns.validate import engine_argv_tail, plan_campaign
-from harness.engine.config import SPECS
 from harness.formats.manifest import plan_hash
 from harness.formats.replies import prompts_text, read_prompts, read_replies
 from harness.quality.grade import GRADER, GRADER_VERSION
-from tests.bench.test_campaign_schema import errors, write
+from tests.helpers.campaign import errors, write
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,11 +88,8 @@ def test_quality_needs_the_bmoe_engine(tmp_path):
     assert any("quality campaigns need engine bmoe" in x for x in errors(p))
 
 
-DROP = "--drop-cold-experts" in {f for s in SPECS for f in s.flag.flags}
-
-
 def test_quality_drop_campaign_expands_as_planned():
-    """Its schema and cells (the engine's own parser checks its flags once --drop-cold-experts exists)."""
+    """Its schema and cells (test_quality_drop_campaign_validates_against_the_engine checks its flags)."""
     from harness.campaigns.expand import expand_cells
     from harness.campaigns.schema import load_campaign
 
@@ -108,7 +104,6 @@ def test_quality_drop_campaign_expands_as_planned():
     assert over.model.path == "/m/real.gguf" and over.model.recipe is None
 
 
-@pytest.mark.skipif(not DROP, reason="--drop-cold-experts is not in this engine yet (issue 12 item 5)")
 def test_quality_drop_campaign_validates_against_the_engine():
     plan = plan_campaign(REPO / "campaigns" / "quality-drop.yaml")
     assert len(plan.cells) == 5 and len(plan.runs) == 5

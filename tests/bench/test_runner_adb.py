@@ -15,11 +15,10 @@ from harness.campaigns.runner import run_campaign
 from harness.formats.manifest import load_manifest, raw_file_changes
 from harness.formats.metrics_csv import read_metrics
 from harness.report.build import check_report, write_report
+from tests.helpers.adbd import SERIAL
 
-SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
 pytestmark = [
     pytest.mark.adb,
-    pytest.mark.skipif(SERIAL is None, reason="needs the loopback adbd: run tests/adbd/run-adb-tests.sh"),
 ]
 
 # a POSIX sh engine: parses the harness's flags, writes a bmoe_metrics v2 CSV where --csv says, prints

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from gguf import GGUFReader
-from gguf.constants import GGUFValueType as VT
 
 from harness.bench_cli import main as bench_main
 from harness.engine.model import registry
@@ -20,9 +19,9 @@ from harness.engine.model.gguf_layout import load_layout
 from harness.engine.model.llama_archs import LLAMA_ARCHS
 from harness.errors import UserError
 from harness.synth import ModelSpec, archs, make_model, plan_model
-from harness.synth.gguf_encode import KV, TensorInfo, encode_header
 from harness.synth.shapes import shape_spec
-from tests.gates.test_arch_gates import ARCH_SPECS
+from tests.helpers.arch_specs import ARCH_SPECS
+from tests.helpers.gguf import header_only as _header_only
 
 REPO = Path(__file__).resolve().parents[2]
 # archs with a module of their own whose tiny model has 4 blocks (qwen35moe/qwen3next add an MTP block, lfm2moe has 6)
@@ -120,23 +119,6 @@ def test_n_expert_used_override_refused_on_a_per_layer_array(tmp_path: Path) -> 
                         "--moe-stream", "--n-expert-used", "1"], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert "expert_used_count per layer" in p.stderr and "Traceback" not in p.stderr
-
-
-def _header_only(path: Path, arch: str, tensors: list[tuple[str, tuple[int, ...]]], n_expert: int = 8) -> Path:
-    kvs = [KV("general.architecture", VT.STRING, arch), KV(f"{arch}.expert_count", VT.UINT32, n_expert),
-           KV(f"{arch}.block_count", VT.UINT32, 1)]
-    infos, off = [], 0
-    for name, ne in tensors:
-        infos.append(TensorInfo(name, ne, 0, off))
-        n = 4
-        for d in ne:
-            n *= d
-        off += (n + 31) // 32 * 32
-    header = encode_header(kvs, infos)
-    with open(path, "wb") as f:
-        f.write(header)
-        f.truncate(len(header) + off)
-    return path
 
 
 def _refusal(path: Path) -> str:

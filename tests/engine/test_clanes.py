@@ -15,7 +15,7 @@ from harness.engine.io import clanes
 from harness.engine.io.read_group import Gather, chunks, wait_done
 from harness.engine.io.reader import SliceReader
 from harness.engine.io.vm import PAGE, Reservation, SharedSlot
-from tests.helpers.lanes import Hold, impl_fixture  # noqa: F401 - the `impl` fixture
+from tests.helpers.lanes import Hold
 
 SIZE = 3 * 1024 * 1024 + 1234  # not a whole number of pages: the last O_DIRECT read is short of its superset
 

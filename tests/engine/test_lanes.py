@@ -12,7 +12,7 @@ import pytest
 
 from harness.engine.io.lanes import PriorityLanes
 from harness.engine.io.reader import SliceReader, default_spec_max
-from tests.helpers.lanes import Hold, impl_fixture  # noqa: F401 - the `impl` fixture
+from tests.helpers.lanes import Hold
 
 SLICE = 65536
 N = 16

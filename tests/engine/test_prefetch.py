@@ -17,7 +17,7 @@ from harness.engine.model.gguf_layout import load_layout
 from harness.engine.stream.hook import Bound
 from harness.formats.traces import ReadRow
 from harness.synth import ModelSpec, make_model
-from tests.helpers.lanes import Hold, impl_fixture  # noqa: F401 - the `impl` fixture
+from tests.helpers.lanes import Hold
 
 T = 10.0
 

@@ -1,8 +1,9 @@
 """The import structure of harness/: no cycle between files or between subpackages, harness/formats
 imports nothing from harness/ but harness.errors, the engine's layers import nothing above them (the order
 declared in harness/engine/__init__.py), every engine subpackage says its job, and no module is over 400
-lines. Imports are read with `ast` from every module, those inside functions included (a lazy import hides a
-cycle from Python, not from this test)."""
+lines; and in tests/, no module imports a test module or a conftest.py (shared code lives in tests/helpers/, shared
+fixtures in a conftest.py). Imports are read with `ast` from every module, those inside functions included (a lazy
+import hides a cycle from Python, not from this test)."""
 
 from __future__ import annotations
 
@@ -210,6 +211,19 @@ def test_no_module_over_400_lines():
     assert not long, f"modules over {MAX_LINES} lines (split them by concern):\n  " + "\n  ".join(long)
 
 
+
+def imports_of_test_modules(graph: dict[str, set[str]]) -> list[str]:
+    """'a imports b' for each import of a test module (test_*.py) or a conftest.py: pytest loads those itself, and
+    what tests share belongs in tests/helpers/ or a conftest.py fixture."""
+    return [f"{m} imports {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
+            if d.rpartition(".")[2].startswith("test_") or d.rpartition(".")[2] == "conftest"]
+
+
+def test_no_test_module_is_imported():
+    bad = imports_of_test_modules(import_graph(REPO, "tests"))
+    assert not bad, "move what is shared into tests/helpers/ or a conftest.py fixture:\n  " + "\n  ".join(bad)
+
+
 # ---- the checker itself, on a small package written for the purpose -----------------------------------------
 
 @pytest.fixture
@@ -249,3 +263,21 @@ def test_layer_checker_names_an_upward_import():
     bad = upward_imports(g, ("io", "cache"))
     assert bad == ["harness.engine.io.reader (io) -> harness.engine.cache.expert_cache (cache)",
                    "harness.engine.misc.x: in no declared layer (add it to harness.engine.LAYERS)"]
+
+
+def test_test_import_checker_names_each_import_of_a_test_module_or_conftest(tmp_path: Path):
+    files = {
+        "a/test_one.py": "from tests.b.test_two import X\n",
+        "a/test_three.py": "def t():\n    from tests.b import conftest\n",
+        "a/test_ok.py": "from tests.helpers.h import Y\n",
+        "b/test_two.py": "X = 1\n",
+        "b/conftest.py": "",
+        "helpers/h.py": "import tests.b.test_two\nY = 2\n",
+    }
+    for name, text in files.items():
+        f = tmp_path / "tests" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    assert imports_of_test_modules(import_graph(tmp_path, "tests")) == [
+        "tests.a.test_one imports tests.b.test_two", "tests.a.test_three imports tests.b.conftest",
+        "tests.helpers.h imports tests.b.test_two"]

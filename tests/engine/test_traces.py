@@ -39,7 +39,7 @@ from harness.formats.traces import (
 )
 from harness.report.timeline import median_step, timeline_png, token_view
 from harness.synth import ModelSpec, make_model
-from tests.bench.test_campaign_schema import errors, write
+from tests.helpers.campaign import errors, write
 from tests.helpers.engine import bmoe
 from tests.helpers.runner import quiet
 

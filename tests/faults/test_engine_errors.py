@@ -65,7 +65,7 @@ def test_dense_model(tmp_path):
 
 def test_unsupported_arch(tmp_path):
     """An architecture llama.cpp cannot load, and one whose experts are laid out in a way bmoe does not know."""
-    from tests.engine.test_arch_layouts import _header_only
+    from tests.helpers.gguf import header_only as _header_only
 
     p = _header_only(tmp_path / "x.gguf", "notanarch", [("blk.0.ffn_gate_exps.weight", (32, 32, 8))])
     one_line_error(run("-m", str(p), "--moe-stream"), "'notanarch' is not one the pinned llama.cpp can load",

@@ -106,7 +106,7 @@ def test_failed_runs_get_the_same_advice_from_the_cli_and_the_findings(tmp_path)
 
 def test_a_temporary_csv_path_is_never_a_configuration_column(tmp_path):
     from harness.report.build import build_report
-    from tests.report.test_report import TWO, csv_text, make_folder
+    from tests.helpers.folders import TWO, csv_text, make_folder
 
     runs = [(c, 0, csv_text([999, 100 / (c + 1), 100, 100], preamble={"cfg.fast": str(bool(c)),
                                                                      "cfg.csv": f"/tmp/bmoe-run-{c}/r.csv"}))

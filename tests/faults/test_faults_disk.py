@@ -7,7 +7,6 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,6 @@ from tests.helpers.faults import (
     bench,
     check_ok,
     cli,
-    copy_of,
-    done_campaign,
     error_line,
     fill,
     folders,
@@ -32,16 +29,6 @@ from tests.helpers.runner import campaign, finished, wait_for
 @pytest.fixture
 def tmpfs(tmp_path):
     yield from mount_tmpfs(tmp_path)
-
-
-@pytest.fixture(scope="module")
-def done_folder(tmp_path_factory) -> Path:
-    return done_campaign(tmp_path_factory.mktemp("done"))
-
-
-@pytest.fixture
-def copy(done_folder, tmp_path) -> Path:
-    return copy_of(done_folder, tmp_path)
 
 
 # ---- 2. disk full at every write stage --------------------------------------------------------------------------

@@ -5,23 +5,11 @@ with the reason in findings.md, never a quietly different figure; a malformed ma
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.faults import cli, copy_of, done_campaign, error_line, folders
+from tests.helpers.faults import cli, error_line, folders
 from tests.helpers.runner import campaign
-
-
-@pytest.fixture(scope="module")
-def done_folder(tmp_path_factory) -> Path:
-    return done_campaign(tmp_path_factory.mktemp("done"))
-
-
-@pytest.fixture
-def copy(done_folder, tmp_path) -> Path:
-    return copy_of(done_folder, tmp_path)
-
 
 # ---- 3. raw files and manifests validated when read --------------------------------------------------------------
 

@@ -3,7 +3,8 @@ loader creates: an extra or missing one fails the load) streams token for token 
 cache off, with a cache small enough to evict on two reader lanes, O_DIRECT on in both; and one wrong expert
 loaded in one layer makes the output diverge, so the gate can fail for that architecture.
 
-A new architecture is one entry in ARCH_SPECS (its spec, with a seed whose resident output is not degenerate)."""
+A new architecture is one entry in ARCH_SPECS (tests/helpers/arch_specs.py: its spec, with a seed whose resident
+output is not degenerate)."""
 
 from __future__ import annotations
 
@@ -12,24 +13,12 @@ from pathlib import Path
 import pytest
 
 from harness.formats.route_trace import DECODE, read_route_trace
-from harness.synth import ModelSpec, make_model
+from harness.synth import make_model
+from tests.helpers.arch_specs import ARCH_SPECS
 from tests.helpers.engine import Run, bmoe
 
 pytestmark = pytest.mark.engine
 
-ARCH_SPECS: dict[str, ModelSpec] = {
-    "olmoe": ModelSpec(arch="olmoe", n_head_kv=4, seed=31),
-    "granitemoe": ModelSpec(arch="granitemoe", seed=32),
-    "llama": ModelSpec(arch="llama", seed=33),
-    "deepseek2": ModelSpec(arch="deepseek2", n_head_kv=4, seed=34),
-    "glm4moe": ModelSpec(arch="glm4moe", seed=35, n_layer=6),  # 1 dense, 4 MoE, 1 nextn: enough experts to evict
-    "ernie4_5-moe": ModelSpec(arch="ernie4_5-moe", seed=36),
-    "hunyuan-moe": ModelSpec(arch="hunyuan-moe", seed=37),
-    "dots1": ModelSpec(arch="dots1", n_head_kv=4, seed=38),
-    "bailingmoe2": ModelSpec(arch="bailingmoe2", seed=39),
-    # a per-layer expert_used_count array (any architecture may carry one)
-    "qwen3moe-k-per-layer": ModelSpec(arch="qwen3moe", seed=40, expert_used_per_layer=(2, 2, 2, 2)),
-}
 NAMES = list(ARCH_SPECS)
 N = 12  # tokens per run: enough to route every layer differently, few enough to keep ~40 runs cheap
 

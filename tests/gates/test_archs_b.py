@@ -21,7 +21,7 @@ from harness.synth import expert_locations, make_model, plan_model
 from harness.synth.archs import _parts as P
 from harness.synth.fill import tensor_chunks
 from harness.synth.shapes import shape_spec
-from tests.gates.test_engine_gates import _stream, resident  # noqa: F401  (resident: its fixture, over this module's `models`)
+from tests.helpers.gates import stream as _stream
 
 ARCHS = ("qwen35moe", "qwen3next", "lfm2moe", "minimax-m2", "llama4")
 # the tiny models' routed layers: qwen3.5/next 4 trunk layers (+ an MTP block, blk.4), lfm2moe 2 leading dense

@@ -14,9 +14,8 @@ from gguf import GGUFReader
 from harness.engine.model.gguf_layout import load_layout
 from harness.synth import make_model
 from harness.synth.shapes import shape_spec
-from tests.gates.test_engine_gates import resident  # noqa: F401  (resident: its fixture, over this module's `models`)
 from tests.helpers.arch_gates import GATE_FLAGS, check_gate, check_wrong_expert_diverges
-from tests.synth.test_synth_llama import greedy
+from tests.helpers.llama import greedy
 
 TINY = shape_spec("tiny", arch="bailingmoe3", expert_type="q8_0")
 E = TINY.n_expert

@@ -20,9 +20,9 @@ from harness.formats.route_trace import DECODE, read_route_trace
 from harness.synth import make_model
 from harness.synth.archs.deepseek4 import compress_ratios
 from harness.synth.shapes import shape_spec
-from tests.gates.test_engine_gates import _stream, resident  # noqa: F401  (resident: its fixture, over this module's `models`)
 from tests.helpers.arch_gates import GATE_FLAGS, check_gate, check_wrong_expert_diverges
-from tests.synth.test_synth_llama import greedy
+from tests.helpers.gates import stream as _stream
+from tests.helpers.llama import greedy
 
 TINY = shape_spec("tiny", arch="deepseek4", expert_type="q8_0")
 E, K = TINY.n_expert, TINY.n_expert_used

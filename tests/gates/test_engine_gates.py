@@ -11,11 +11,10 @@ from harness.formats.metrics_csv import read_metrics
 from harness.formats.route_trace import DECODE, read_route_trace
 from harness.synth import ModelSpec, make_model
 from tests.helpers.engine import bmoe
+from tests.helpers.gates import N
+from tests.helpers.gates import stream as _stream
 
 pytestmark = pytest.mark.engine
-
-N = 24
-
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
@@ -33,31 +32,6 @@ def models(tmp_path_factory) -> dict[str, Path]:
         paths = make_model(d / f"{name}.gguf", spec)
         out[name] = paths[0]
     return out
-
-
-@pytest.fixture(scope="module")
-def resident(models, tmp_path_factory):
-    """Reference token streams from the plain mmap run (no hook), computed once per model."""
-    d = tmp_path_factory.mktemp("resident")
-    cache: dict[tuple[str, tuple[str, ...]], list[int]] = {}
-
-    def get(name: str, *flags: str) -> list[int]:
-        key = (name, flags)
-        if key not in cache:
-            r = bmoe(models[name], *flags, n=N, tmp=d)
-            assert r.rc == 0, r.stderr
-            assert len(r.tokens) == N, "the reference run stopped early; the gate needs a full stream"
-            assert len(set(r.tokens)) > N // 3, f"degenerate reference output {r.tokens}"
-            cache[key] = r.tokens
-        return cache[key]
-
-    return get
-
-
-def _stream(models, tmp_path, name, *flags, env=None):
-    r = bmoe(models[name], "--moe-stream", *flags, n=N, tmp=tmp_path, env=env)
-    assert r.rc == 0, r.stderr
-    return r
 
 
 @pytest.mark.parametrize("name", ["q4_k", "q8_0", "f32"])

@@ -15,9 +15,9 @@ from harness.engine.model.gguf_layout import load_layout
 from harness.synth import make_model, plan_model
 from harness.synth.archs.gemma4 import swa_pattern
 from harness.synth.shapes import shape_spec
-from tests.gates.test_engine_gates import _stream, resident  # noqa: F401  (resident: its fixture, over this module's `models`)
 from tests.helpers.arch_gates import GATE_FLAGS, check_gate, check_wrong_expert_diverges
-from tests.synth.test_synth_llama import greedy
+from tests.helpers.gates import stream as _stream
+from tests.helpers.llama import greedy
 
 TINY = shape_spec("tiny", arch="gemma4", expert_type="q8_0")
 E, FF, D = TINY.n_expert, TINY.n_ff_exp, TINY.n_embd

@@ -20,8 +20,8 @@ from harness.synth import ModelSpec, expert_locations, make_model, plan_model
 from harness.synth.fill import tensor_chunks
 from harness.synth.shapes import shape_spec
 from harness.synth.tokenizer import HARMONY, HARMONY_TEMPLATE
-from tests.gates.test_engine_gates import _stream, resident  # noqa: F401  (resident: its fixture, over this module's `models`)
-from tests.synth.test_synth_llama import greedy
+from tests.helpers.gates import stream as _stream
+from tests.helpers.llama import greedy
 
 TINY = shape_spec("tiny", arch="gpt-oss")
 E, FF, D = TINY.n_expert, TINY.n_ff_exp, TINY.n_embd

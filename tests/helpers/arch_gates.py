@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.formats.route_trace import DECODE, read_route_trace
-from tests.gates.test_engine_gates import _stream
+from tests.helpers.gates import stream
 
 # (flags, cache evicts): the cache budget in MiB is formatted in, large enough to be over one token cycle and
 # small enough to evict on the tiny models
@@ -21,7 +21,7 @@ GATE_FLAGS: list[tuple[str, ...]] = [
 
 def check_gate(models, resident, tmp_path: Path, name: str, flags: tuple[str, ...], cache_mb: int) -> None:
     flags = tuple(f.format(cache=cache_mb) for f in flags)
-    r = _stream(models, tmp_path, name, *flags)
+    r = stream(models, tmp_path, name, *flags)
     assert r.tokens == resident(name)
     assert r.preamble["hook_front"] == "c-filter"
     assert r.preamble["odirect_effective"] == ("0" if "--no-odirect" in flags else "1")
@@ -37,12 +37,12 @@ def check_gate(models, resident, tmp_path: Path, name: str, flags: tuple[str, ..
 def decode_expert(models, tmp_path: Path, name: str, layer: int) -> int:
     """An expert that layer `layer` routes to in decode (from a route trace of the cache-off run)."""
     trace = tmp_path / "t.route.csv"
-    _stream(models, tmp_path, name, "--cache-mb", "0", "--route-trace", str(trace))
+    stream(models, tmp_path, name, "--cache-mb", "0", "--route-trace", str(trace))
     return next(r.expert for r in read_route_trace(trace).rows if r.phase == DECODE and r.layer == layer)
 
 
 def check_wrong_expert_diverges(models, resident, tmp_path: Path, name: str, layer: int, n_expert: int) -> None:
     expert = decode_expert(models, tmp_path, name, layer)
     env = {"BMOE_TEST_WRONG_EXPERT": f"{layer},{expert},{(expert + 1) % n_expert}"}
-    r = _stream(models, tmp_path, name, "--cache-mb", "0", env=env)
+    r = stream(models, tmp_path, name, "--cache-mb", "0", env=env)
     assert r.tokens != resident(name)

@@ -1,26 +1,15 @@
 """Helpers for tests that run on both read-lane implementations: the Python lanes (harness.engine.io.lanes) and the
-compiled ones (harness.engine.io.clanes), chosen as the engine chooses them, by BMOE_PURE_PYTHON_LANES."""
+compiled ones (harness.engine.io.clanes), chosen as the engine chooses them, by BMOE_PURE_PYTHON_LANES (the `impl`
+fixture in tests/engine/conftest.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-import pytest
-
-from harness.engine.io import clanes
 from harness.engine.io.reader import SliceReader
 
 T = 10.0
-
-
-@pytest.fixture(params=["python", "c"], name="impl")
-def impl_fixture(request, monkeypatch):
-    """Both lane implementations: the Python lanes and the compiled ones (harness.engine.io.clanes)."""
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "1" if request.param == "python" else "0")
-    if request.param == "c" and clanes.load() is None:
-        pytest.fail("the compiled read lanes (_clanes*.so) are not built")
-    return request.param
 
 
 class Hold:

@@ -9,18 +9,16 @@ import numpy as np
 import pytest
 
 from harness import stats
-from harness.campaigns import store
 from harness.errors import UserError
-from harness.formats.manifest import VERSION, ReadBandwidth, RunRecord, load_manifest, save_manifest
+from harness.formats.manifest import VERSION, RunRecord, load_manifest, save_manifest
 from harness.formats.metrics_csv import parse_metrics, read_metrics
 from harness.report.build import build_report, check_report, write_report
 from harness.report.collect import load_campaign_data
 from harness.report.findings import AUTHOR_BEGIN, AUTHOR_END
 from harness.report.results import compute_results
-from tests.helpers.folders import manifest, outcome
+from tests.helpers.folders import COLS, TWO, csv_text, make_folder
 
 SHARED = Path(__file__).resolve().parents[2] / "data" / "route-traces"
-COLS = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms,majflt,cpu_ms"
 
 
 # ---- CSV reader ------------------------------------------------------------------------------------------
@@ -59,47 +57,6 @@ def test_reader_errors_are_one_line():
 
 
 # ---- a campaign folder written by hand, with known answers -------------------------------------------------
-
-def csv_text(walls, *, preamble=None, read_mib=10.0, hit=50.0):
-    lines = []
-    if preamble is not None:
-        lines += ["# bmoe_metrics v2"] + [f"# {k}={v}" for k, v in preamble.items()]
-    lines.append(COLS)
-    for i, w in enumerate(walls, 1):
-        lines.append(f"{i},{len(walls)},{w},{w / 2},{w * 0.6},{int(read_mib * 2**20)},{hit},{w * 0.3},{w * 0.1},"
-                     f"4,{w}")
-    lines.append(f"# summary n_decode={len(walls)} decode_tok_s={1000 * len(walls) / sum(walls):.4f}")
-    return "\n".join(lines) + "\n"
-
-
-def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, temps=None):
-    """cells: list of (label, varied); runs: list of (cell, round, csv text or None for a failure). Each run
-    is committed as the runner does it (its files hashed into the manifest)."""
-    folder = tmp_path / "2026-01-02-t"
-    (folder / "runs").mkdir(parents=True)
-    recs = []
-    for pos, (cell, rnd, text) in enumerate(runs):
-        rid = f"r{rnd + 1:02d}-c{cell:02d}"
-        tmp = store.tmp_run_dir(folder, rid)
-        tmp.mkdir()
-        kw = dict(start=f"2026-01-02T00:00:{pos:02d}.000Z", end=f"2026-01-02T00:00:{pos:02d}.500Z",
-                  cpu_temp_c=temps[pos] if temps else 40.0)
-        if text is None:
-            o = outcome("failed", reason="engine exited 3: boom", **kw)
-        else:
-            rows = sum(1 for x in text.splitlines() if x.strip() and not x.startswith("#")) - 1
-            o = outcome("ok", tokens=rows, **kw)
-            (tmp / "metrics.csv").write_text(text)
-        slot = RunRecord(run_id=rid, round=rnd, cell=cell, position=pos)
-        recs.append(slot.finish(o, store.commit_run(folder, rid, o)))
-    m = manifest("t", status="complete", runs=recs, cells=cells, warmup_tokens=warmup, repeats=repeats)
-    m.read_bandwidth = ReadBandwidth(**bandwidth) if bandwidth else None
-    save_manifest(folder, m)
-    return folder
-
-
-TWO = [("base", {}), ("--fast=on", {"--fast": True})]
-
 
 def two_cell_folder(tmp_path, **kw):
     runs = [(0, 0, csv_text([999, 100, 100, 100, 100], preamble={"cfg.fast": "False", "engine_version": "9"})),

@@ -12,24 +12,11 @@ import pytest
 
 from harness.synth import ModelSpec, expert_locations, make_model, plan_model
 from harness.synth.tokenizer import EOS_ID
+from tests.helpers.llama import greedy
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
 pytestmark = pytest.mark.engine
-
-PROMPT = b"The quick brown fox jumps over the lazy dog."
-
-
-def greedy(path: Path, n: int = 16, prompt: bytes = PROMPT, n_ctx: int = 128) -> list[int]:
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, verbose=False)
-    out: list[int] = []
-    for tok in llm.generate(llm.tokenize(prompt), temp=0.0, top_k=1):
-        out.append(tok)
-        if len(out) == n:
-            break
-    llm.close()
-    return out
-
 
 def _varied(tokens: list[int]) -> bool:
     """Not one token over and over, nor a short loop."""

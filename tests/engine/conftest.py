@@ -1,0 +1,19 @@
+"""What the engine tests share: `impl`, each test run on both read-lane implementations, the Python lanes
+(harness.engine.io.lanes) and the compiled ones (harness.engine.io.clanes), chosen as the engine chooses them, by
+BMOE_PURE_PYTHON_LANES. A test that parametrizes `impl` itself (test_policy_impls.py, test_cache_decisions.py)
+gets its own values, not this fixture."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.engine.io import clanes
+
+
+@pytest.fixture(params=["python", "c"])
+def impl(request, monkeypatch):
+    """Both lane implementations: the Python lanes and the compiled ones (harness.engine.io.clanes)."""
+    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "1" if request.param == "python" else "0")
+    if request.param == "c" and clanes.load() is None:
+        pytest.fail("the compiled read lanes (_clanes*.so) are not built")
+    return request.param
