@@ -91,6 +91,15 @@ class Interval:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """A warning about the data, with the remedy in the message."""
+
+    kind: str  # drift | throttling | variance | few-runs | failed | gate
+    message: str
+    cell: str | None = None
+
+
+@dataclass(frozen=True)
 class CellRuns:
     """One cell's successful runs: the trimmed wall_ms of each and the round it ran in."""
 
@@ -217,6 +226,26 @@ def precision_reached(ratios: list[Interval | None], half_width: float) -> bool:
     return all(r is not None and r.sequential().half_width <= half_width for r in ratios)
 
 
+PRECISE = "precise"
+AT_MAX = "max"
+
+
+def precision_decision(ratios: list[Interval | None], rounds: int, half_width: float, min_rounds: int,
+                       max_rounds: int) -> str | None:
+    """Repeats driven by precision, after `rounds` whole rounds: PRECISE (every ratio within +-half_width),
+    AT_MAX (the maximum ran), or None: add a round. Nothing stops before the minimum."""
+    if rounds < min_rounds:
+        return None
+    if precision_reached(ratios, half_width):
+        return PRECISE
+    return AT_MAX if rounds >= max_rounds else None
+
+
+def printed(ratio: Interval | None, decision: str | None) -> Interval | None:
+    """A ratio's interval as printed: sequential (wider) when its campaign stopped once precise."""
+    return ratio.sequential() if ratio is not None and decision == PRECISE else ratio
+
+
 # ---- warnings that name a remedy ----------------------------------------------------------------------
 
 
@@ -295,8 +324,8 @@ def few_runs_check(cell: str, n_ok: int) -> Finding | None:
     if n_ok == 0:
         return Finding("few-runs", f"{cell}: no successful run, so no figure: see the failed runs' reasons "
                                    f"and rerun the campaign (finished runs are kept).", cell)
-    basis = ("its CI is over the tokens of one run and ignores run-to-run variance" if n_ok == 1
-             else "a bootstrap over 2 runs understates the spread")
+    basis = ("one run: the spread between runs is unknown, so it has no interval" if n_ok == 1
+             else "its 95% interval over 2 runs rests on one degree of freedom and is wide")
     return Finding("few-runs", f"{cell}: only {n_ok} successful run{'s' if n_ok > 1 else ''}: {basis}; "
                                f"set repeats: {MIN_RUNS} or more.", cell)
 

@@ -1,7 +1,7 @@
 """Do the intervals the report prints as 95% hold the truth 95% of the time? Seeded known-truth simulation
 through the functions the report and the runner call (harness.stats.cell_interval / ratio_interval on
 per-run wall_ms with their rounds, the runs ordered by harness.campaigns.expand.order_runs, the stopping
-rule harness.campaigns.precision.decide): two cells (the base at 10 tok/s, the other at 15), 20 tokens a
+rule harness.stats.precision_decision): two cells (the base at 10 tok/s, the other at 15), 20 tokens a
 run, run-to-run noise of four kinds, every case 2000 trials. `python tests/test_interval_coverage.py`
 prints the whole table (coverage %, and the median interval width)."""
 
@@ -15,7 +15,6 @@ import pytest
 
 from harness import stats
 from harness.campaigns.expand import order_runs
-from harness.campaigns.precision import decide, printed
 from harness.formats.campaign import Precision
 
 TRIALS = 2000
@@ -109,10 +108,10 @@ def sequential(kind: str, spread: float, p: Precision, seed: int, trials: int = 
         c = simulate(rng, kind, p.max_repeats, spread)
         for k in range(p.min_repeats or 2, p.max_repeats + 1):
             rv = stats.ratio_interval(_runs(c, 1, k), _runs(c, 0, k), seed=t)
-            outcome = decide([rv], k, p)
+            outcome = stats.precision_decision([rv], k, p.ratio_half_width, p.min_repeats, p.max_repeats)
             if outcome is not None:
                 break
-        rv = printed(rv, outcome)
+        rv = stats.printed(rv, outcome)
         iv = stats.cell_interval(_runs(c, 1, k), seed=t)
         hit_c += iv.contains(c.truth(1, k))
         hit_r += rv.contains(MU[1] / MU[0])

@@ -1,39 +1,57 @@
-"""Repeats driven by precision (campaign key `precision:`), the pure part: which runs a round adds, and
-whether the campaign stops after a round. The runner (harness.campaigns.rounds) reads the finished runs
-and asks `decide`; the report (harness.report.results) names the outcome with `outcome`; the simulation
-in tests/test_interval_coverage.py drives the same `decide` to show the intervals still hold with stopping
-on the data."""
+"""Repeats driven by precision (campaign key `precision:`), what the runner needs: the runs a round adds,
+and the decision after a round from the folder's finished runs, through the same functions the report
+uses (harness.stats: ratio_interval over rounds, precision_decision)."""
 
 from __future__ import annotations
 
-from harness.campaigns.expand import RunSpec, order_runs
-from harness.formats.campaign import Precision
-from harness.stats import Interval, precision_reached
+from pathlib import Path
 
-PRECISE = "precise"
-AT_MAX = "max"
+from harness import stats
+from harness.campaigns.expand import RunSpec, order_runs
+from harness.errors import UserError
+from harness.formats.campaign import Precision
+from harness.formats.manifest import METRICS_FILE, Manifest, run_dir
+from harness.formats.metrics_csv import read_metrics
 
 
 def round_runs(n_cells: int, rnd: int, order: str, seed: int) -> list[RunSpec]:
-    """The runs of round `rnd` (0-based), in the order the campaign's first rounds follow (order_runs is
-    the same for every number of rounds, so round k is the same whether planned up front or added)."""
+    """The runs of round `rnd` (0-based), in the order the first rounds follow (order_runs gives the same
+    rounds whatever their number, so round k is the same planned up front or added)."""
     return order_runs(n_cells, rnd + 1, order, seed)[rnd * n_cells:]
 
 
-def decide(ratios: list[Interval | None], rounds: int, p: Precision) -> str | None:
-    """After `rounds` whole rounds: PRECISE (every ratio within +-half-width), AT_MAX (the maximum ran), or
-    None: add a round. Nothing stops before the minimum."""
-    if p.min_repeats is not None and rounds < p.min_repeats:
-        return None
-    if precision_reached(ratios, p.ratio_half_width):
-        return PRECISE
-    return AT_MAX if rounds >= p.max_repeats else None
+def cell_runs(folder: Path, m: Manifest) -> dict[int, stats.CellRuns]:
+    """Every cell's usable runs so far: trimmed wall_ms and round (an unreadable CSV: the run is left out,
+    as the report leaves it out)."""
+    warm = m.campaign.warmup_tokens
+    walls: dict[int, tuple[list, list]] = {c.index: ([], []) for c in m.campaign.cells}
+    for r in m.runs:
+        if r.status != "ok":
+            continue
+        try:
+            mt = read_metrics(run_dir(folder, r.run_id) / METRICS_FILE)
+        except UserError:
+            continue
+        if mt.problem(r.tokens) is None:
+            walls[r.cell][0].append(mt.wall_ms(warm))
+            walls[r.cell][1].append(r.round)
+    return {c: stats.CellRuns.of(w, rd) for c, (w, rd) in walls.items()}
 
 
-def printed(ratio: Interval | None, outcome: str | None) -> Interval | None:
-    """The ratio interval as printed: sequential (wider) when the campaign stopped once precise."""
-    return ratio.sequential() if ratio is not None and outcome == PRECISE else ratio
+def ratios(runs: dict[int, stats.CellRuns], base: int, seed: int) -> dict[int, stats.Interval | None]:
+    """Every cell's ratio to the base, as the report computes it (harness.report.results)."""
+    return {c: stats.ratio_interval(r, runs[base], seed + 1000 * c + 1) for c, r in runs.items() if c != base}
+
+
+def decision(folder: Path, m: Manifest, p: Precision) -> tuple[str | None, dict[int, stats.Interval | None]]:
+    """After the folder's last whole round: stats.PRECISE, stats.AT_MAX or None (add a round), and the
+    ratios it rests on."""
+    base = next(c.index for c in m.campaign.cells if not c.varied)
+    rs = ratios(cell_runs(folder, m), base, m.campaign.seed)
+    rounds = 1 + max(r.round for r in m.runs)
+    return stats.precision_decision(list(rs.values()), rounds, p.ratio_half_width, p.min_repeats or 2,
+                                    p.max_repeats), rs
 
 
 def describe(p: Precision) -> str:
-    return f"ratios within +-{p.ratio_half_width:.0%}, {p.min_repeats}-{p.max_repeats} rounds"
+    return f"every ratio within +-{p.ratio_half_width:.0%}, {p.min_repeats}-{p.max_repeats} rounds"

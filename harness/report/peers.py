@@ -133,7 +133,7 @@ class EngineRatio:
     reference: str
     tok_s: Interval | None
     ref_tok_s: Interval | None
-    ratio: Interval | None  # this engine / the reference, two-sample bootstrap as any ratio
+    ratio: Interval | None  # the reference / this engine, paired over rounds as any ratio
 
 
 def engine_ratios(data: CampaignData) -> list[EngineRatio]:
@@ -142,7 +142,8 @@ def engine_ratios(data: CampaignData) -> list[EngineRatio]:
         return []
     ref_label = next(iter(data.plan.engines))
     w, seed = data.warmup, data.plan.seed
-    walls = {c.index: [r.metrics.wall_ms(w) for r in data.cell_runs(c.index) if r.ok] for c in data.cells}
+    walls = {c.index: stats.CellRuns.of([r.metrics.wall_ms(w) for r in ok], [r.rec.round for r in ok])
+             for c in data.cells for ok in [[r for r in data.cell_runs(c.index) if r.ok]]}
     out = []
     for c in data.cells:
         if c.setting is None or c.setting == c.index:
@@ -170,8 +171,9 @@ def engines_section(data: CampaignData) -> list[str]:
     ref = rows[0].reference
     L = ["## Engines side by side", "",
          f"Each setting ran on every engine; the ratio is {ref}'s tok/s over the other engine's at the same "
-         f"setting (95% bootstrap CI over runs). The CSV preambles were checked: the cells of one setting differ "
-         f"only by the engine in " + ", ".join(k for k in KEYS if k not in unchecked_keys(data)) + ".", ""]
+         f"setting (95% interval, paired over rounds as every ratio here). The CSV preambles were checked: the "
+         f"cells of one setting differ only by the engine in "
+         + ", ".join(k for k in KEYS if k not in unchecked_keys(data)) + ".", ""]
     un = unchecked_keys(data)
     if un:
         L += [f"Not recorded by every engine, so not checked: {', '.join(un)}.", ""]
