@@ -187,7 +187,7 @@ class Precision(_Model):
     """After the minimum, whole rounds are added until every ratio to the base is precise, or the maximum."""
 
     ratio_half_width: float = Field(gt=0, lt=1, description=(
-        "stop adding rounds once every cell's ratio to the base has its 95% interval within +- this (0.05: 5%)"))
+        "stop adding rounds once every cell's ratio to the base is known within +- this (0.05: 5%, at 99%)"))
     min_repeats: int | None = Field(None, ge=2, description="rounds always run (default: repeats)")
     max_repeats: int = Field(12, ge=2, description="rounds at most")
 
