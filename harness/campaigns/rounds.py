@@ -10,7 +10,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rich.console import Console
 
@@ -30,8 +30,13 @@ from harness.formats.replies import PROMPTS_FILE
 from harness.stats import tok_s
 from harness.targets.base import RunOutcome, Target
 
-if TYPE_CHECKING:
-    from harness.campaigns.runner import Resolved
+
+class Resolved(Protocol):
+    """What a run needs of the resolved inputs (harness.campaigns.runner.Resolved)."""
+
+    model_path: str  # on the target
+
+    def argv0(self, label: str) -> list[str]: ...
 
 
 @dataclass
