@@ -59,10 +59,16 @@ def pairing_lines(res: Results) -> list[str]:
            "|---|---|---|---|---|"]
     for c in rows:
         r, u = c.ratio, c.ratio.unpaired
-        share = (r.high - r.low) / (u.high - u.low) if u.high > u.low else math.nan
-        out.append(f"| {c.label} | {r.n} | {fmt(r, 2, 'x')} | {fmt(u, 2, 'x')} | "
-                   f"{'n/a' if not math.isfinite(share) else f'{share:.0%}'} |")
+        out.append(f"| {c.label} | {r.n} | {fmt(r, 2, 'x')} | {fmt(u, 2, 'x')} | {pairing_share(r)} |")
     return out + [""]
+
+
+def pairing_share(r: Interval | None) -> str:
+    """The width of a paired interval as a share of the unpaired one's over the same runs ('n/a': unpaired)."""
+    u = r.unpaired if r is not None else None
+    if u is None or not u.high > u.low:
+        return "n/a"
+    return f"{(r.high - r.low) / (u.high - u.low):.0%}"
 
 
 def precision_lines(res: Results) -> list[str]:

@@ -9,13 +9,13 @@ one engine records is not compared (it is listed as unchecked instead); a key bo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import PurePath
 
 from harness import stats
 from harness.errors import UserError
 from harness.report.collect import CampaignData, RunData
+from harness.report.intervals import fmt, pairing_share
 from harness.stats import Interval
 
 # the shared vocabulary: what a setting is, whichever engine ran it
@@ -158,9 +158,7 @@ def engine_ratios(data: CampaignData) -> list[EngineRatio]:
 
 
 def _iv(iv: Interval | None, unit: str = "") -> str:
-    if iv is None or not math.isfinite(iv.point):
-        return "n/a"
-    return f"{iv.point:.2f}{unit} [{iv.low:.2f}, {iv.high:.2f}]"
+    return fmt(iv, 2, unit)
 
 
 def engines_section(data: CampaignData) -> list[str]:
@@ -177,6 +175,8 @@ def engines_section(data: CampaignData) -> list[str]:
     un = unchecked_keys(data)
     if un:
         L += [f"Not recorded by every engine, so not checked: {', '.join(un)}.", ""]
-    L += [f"| setting | {ref} tok/s | engine | its tok/s | {ref} / it |", "|---|---|---|---|---|"]
-    L += [f"| {r.setting} | {_iv(r.ref_tok_s)} | {r.engine} | {_iv(r.tok_s)} | {_iv(r.ratio, 'x')} |" for r in rows]
+    L += [f"| setting | {ref} tok/s | engine | its tok/s | {ref} / it | width paired / unpaired |",
+          "|---|---|---|---|---|---|"]
+    L += [f"| {r.setting} | {_iv(r.ref_tok_s)} | {r.engine} | {_iv(r.tok_s)} | {_iv(r.ratio, 'x')} | "
+          f"{pairing_share(r.ratio)} |" for r in rows]
     return L + [""]
