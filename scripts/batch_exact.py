@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.engine.batch_exact import NodeDump, Probe
 from harness.engine.compose import open_engine
 from harness.engine.config import parse_cli
-from harness.engine.gguf_layout import load_layout
-from harness.engine.session import Session
+from harness.engine.diag.batch_exact import NodeDump, Probe
+from harness.engine.model.gguf_layout import load_layout
+from harness.engine.run.session import Session
 
 PROMPTS = ["1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3",
            "The quick brown fox jumps over the lazy dog.", "a a a a a a a a"]

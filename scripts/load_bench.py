@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from harness.campaigns.pagecache import evict_model_files
-from harness.engine.sysstats import host_description
+from harness.engine.io.sysstats import host_description
 from harness.formats.metrics_csv import read_metrics
 
 MODES = {"mmap": [], "stream": ["--moe-stream", "--cache-mb", "0"]}

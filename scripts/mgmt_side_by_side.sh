@@ -4,7 +4,7 @@
 # mgmt wall per decode token, before (the BASE tree) / after with the Python lanes / after with the compiled lanes,
 # side by side in one run, alternating per round. Args: OUTDIR ROUNDS MODEL TAG -- bmoe flags
 OUT=$1; ROUNDS=$2; M=$3; TAG=$4; shift 5
-BASE=${BASE:?set BASE to an extracted tree of the commit before (git archive REV harness data | tar -x -C DIR, plus its .so files and harness/replay/mgmt_profile.py from here)}
+BASE=${BASE:?set BASE to an extracted tree of the commit before (git archive REV harness data | tar -x -C DIR, plus its .so files and harness/engine/diag/mgmt_profile.py from here)}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p $OUT
 PY=${PY:-$HERE/.venv/bin/python}
@@ -16,7 +16,7 @@ for round in $(seq 1 $ROUNDS); do
       python) ROOT=$HERE; E="BMOE_PURE_PYTHON_LANES=1";;
       c) ROOT=$HERE; E="BMOE_PURE_PYTHON_LANES=0";;
     esac
-    (cd $ROOT && env $E PYTHONPATH=$ROOT $PY -m harness.replay.mgmt_profile $OUT/$TAG-$v-$round.json -- -m $M "$@" \
+    (cd $ROOT && env $E PYTHONPATH=$ROOT $PY -m harness.engine.diag.mgmt_profile $OUT/$TAG-$v-$round.json -- -m $M "$@" \
       > $OUT/$TAG-$v-$round.out 2> $OUT/$TAG-$v-$round.err)
     echo "$TAG $v round $round: $(grep -a '^mgmt' $OUT/$TAG-$v-$round.err) (load $(cut -d' ' -f1 /proc/loadavg))"
   done

@@ -1,4 +1,5 @@
-"""Medians of scripts/mgmt_side_by_side.sh runs (harness.replay.mgmt_profile JSON): a line per workload, variant."""
+"""Medians of scripts/mgmt_side_by_side.sh runs (harness.engine.diag.mgmt_profile JSON): one line per workload,
+variant."""
 
 import glob
 import json

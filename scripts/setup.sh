@@ -15,7 +15,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # GGML_LLAMAFILE=OFF: llamafile's tinyBLAS takes every matmul of 2+ columns and sums each dot product in another
 # order than ggml_vec_dot, which takes the 1-column matmul of a single-token decode; without it a verify batch
-# (--ngram, --mtp) gives the logits one-token decoding gives, bit for bit (tests/test_batch_exact.py)
+# (--ngram, --mtp) gives the logits one-token decoding gives, bit for bit (tests/gates/test_batch_exact.py)
 export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_LLAMAFILE=OFF}"
 if ! .venv/bin/python -c 'import llama_cpp, harness' 2>/dev/null || [ pyproject.toml -nt .venv/.bmoe-installed ]; then
   echo "setup: installing dependencies (the first llama-cpp-python build takes ~10 minutes)" >&2

@@ -6,13 +6,13 @@ single run has no interval between runs."""
 from __future__ import annotations
 
 import pytest
-from test_report import TWO, csv_text, make_folder
 
 from harness import stats
 from harness.formats.results_csv import read_results
 from harness.report.build import build_report, write_report
 from harness.report.collect import load_campaign_data
 from harness.report.results import compute_results
+from tests.report.test_report import TWO, csv_text, make_folder
 
 SPEED = [1.0, 1.6, 0.7, 1.3]  # the machine, round by round (shared by both cells of a round)
 

@@ -11,7 +11,6 @@ from io import StringIO
 
 import pytest
 from rich.console import Console
-from runner_helpers import BENCH, campaign
 
 from harness.campaigns.runner import plan_record, run_campaign
 from harness.campaigns.validate import plan_campaign
@@ -19,6 +18,7 @@ from harness.campaigns.yamlsrc import CampaignError
 from harness.formats.manifest import load_manifest, plan_hash, run_dir, save_manifest
 from harness.formats.results_csv import read_results
 from harness.report.build import build_report, check_report, write_report
+from tests.helpers.runner import BENCH, campaign
 
 
 def precise_campaign(tmp_path, *, noise: float, rule: str, repeats: int | None = None):

@@ -114,15 +114,17 @@ def replay_cost_cmd(
 ) -> None:
     """CPU time of the expert cache's bookkeeping per decode token, driven as the engine's hook drives it
     (no llama.cpp), for this checkout and another side by side, with a digest of every decision."""
-    from harness.engine.policies import online_policies
+    from harness.engine.cache.policies import online_policies
     from harness.replay import bookkeeping as bk
 
     pols = online_policies() if policies == "all" else policies.split(",")
     unknown = [p for p in pols if p not in online_policies()]
     if unknown:
         raise UserError(f"--policies: unknown {', '.join(unknown)}; known: {', '.join(online_policies())}")
-    if not (against / "harness" / "engine" / "cache.py").is_file():
-        raise UserError(f"--against {against}: no harness/engine/cache.py there; give a checkout of the package")
+    eng = against / "harness" / "engine"
+    if not ((eng / "cache" / "expert_cache.py").is_file() or (eng / "cache.py").is_file()):
+        raise UserError(f"--against {against}: no harness/engine/cache/expert_cache.py (or, before the engine's "
+                        "subpackages, cache.py) there; give a checkout of the package")
     here = Path(bk.__file__).resolve().parents[2]
     trees = {"against": against.resolve(), **({"pure": here} if pure else {}), "this": here}
     rows = bk.side_by_side(trees, workloads.split(","), pols, budget_mib, rounds,

@@ -1,7 +1,7 @@
 """`bmoe`: the engine's command line. The only place that prints results, reads environment variables
 and turns errors into one line and an exit status: 2 a user error (a flag, a file), 3 an engine failure
 (short reads and EIO on expert reads included), 4 a model file truncated or replaced under the running
-engine (a SIGBUS in its mapping, caught by harness.engine.lazymap.watch_model_files; BMOE_MODEL_WATCH=thread
+engine (a SIGBUS in its mapping, caught by harness.engine.io.lazymap.watch_model_files; BMOE_MODEL_WATCH=thread
 uses its pure-Python fallback), 130 interrupted."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from harness.errors import UserError
 
 EXIT_USER = 2
 EXIT_ENGINE = 3
-EXIT_MODEL_CHANGED = 4  # a model file truncated or replaced under the running engine (harness.engine.lazymap)
+EXIT_MODEL_CHANGED = 4  # a model file truncated or replaced under the running engine (harness.engine.io.lazymap)
 
 
 def _err(msg: str) -> None:
@@ -44,7 +44,7 @@ class _Interrupt:
 def run(argv: list[str]) -> int:
     import signal
 
-    from harness.engine.subcommands import parse
+    from harness.engine.serve.subcommands import parse
 
     # before the SIGINT handler: a refused flag touches nothing (tests call this in-process)
     sub, cfg, serve_flags = parse(argv)
@@ -55,13 +55,13 @@ def run(argv: list[str]) -> int:
         print(f"bmoe {__version__} (llama-cpp-python 0.3.36 pinned)")
         return 0
     if cfg.list_archs:
-        from harness.engine.registry import list_archs_text
+        from harness.engine.model.registry import list_archs_text
 
         print(list_archs_text())
         return 0
-    from harness.engine import lazymap
     from harness.engine.compose import open_engine
-    from harness.engine.faults import Faults
+    from harness.engine.io import lazymap
+    from harness.engine.io.faults import Faults
 
     items = None
     if cfg.prompts_file:  # read before the slow load: a bad file is refused at once
@@ -81,16 +81,16 @@ def run(argv: list[str]) -> int:
             sys.stderr.write(f"bmoe: the load read the whole model file: {load.mode.note}\n")
         interrupt.check()  # a Ctrl-C during the load
         if cfg.session:
-            from harness.engine.protocol import LineSession
+            from harness.engine.serve.protocol import LineSession
 
             return LineSession(engine, sys.stdin, sys.stdout, interrupt.check).serve()
         if sub == "chat":
-            from harness.engine.chat import chat
+            from harness.engine.serve.chat import chat
 
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the chat handles Ctrl-C itself
             return chat(engine)
         if sub == "serve":
-            from harness.engine.server import serve
+            from harness.engine.serve.server import serve
 
             return serve(engine, serve_flags)
         if cfg.prompts_file:
@@ -122,10 +122,10 @@ def _run_prompts(engine, cfg, items, interrupt: _Interrupt):
 
 
 def _reexec_with_shim(argv: list[str]) -> None:
-    """Re-execute this command once with the mmap shim preloaded (harness.engine.lazymap), so that the load
+    """Re-execute this command once with the mmap shim preloaded (harness.engine.io.lazymap), so that the load
     reads only what is used; returns when that is not needed or not possible (the load then populates)."""
-    from harness.engine import lazymap
-    from harness.engine.subcommands import parse
+    from harness.engine.io import lazymap
+    from harness.engine.serve.subcommands import parse
 
     lazymap.restore_preload_env()
     try:
@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception as e:  # an engine failure: still one line, and a distinct status
-        from harness.engine.hook import HookError
-        from harness.engine.session import EngineError
+        from harness.engine.run.session import EngineError
+        from harness.engine.stream.hook import HookError
 
         if isinstance(e, (EngineError, HookError)):
             _err(str(e))

@@ -1,6 +1,6 @@
 """What the expert cache's bookkeeping costs per token, and a digest of every decision it takes.
 
-Drives `ExpertCache` exactly as the engine's hook does (harness/engine/hook_account.py): for each layer batch the
+Drives `ExpertCache` exactly as the engine's hook does (harness/engine/stream/account.py): for each layer batch the
 previous batch's evictions are decided first (`evict_over_budget`), then the batch is looked up with
 `evict=False`. No llama.cpp, no I/O: only the cache's CPU time, per decode token.
 
@@ -11,7 +11,8 @@ Workloads (the Qwen3-30B-A3B shape: 48 layers, 128 experts):
 
 This file also runs as a script (`python bookkeeping.py --worker ...`) against another checkout of the
 package (PYTHONPATH), so an old and a new implementation are measured side by side in one run; it imports
-only `harness.engine.cache` and `harness.replay.trace`, which every version has.
+only the expert cache (`harness.engine.cache.expert_cache`, `harness.engine.cache` before the engine's
+subpackages) and `harness.replay.trace`, which every version has.
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def workload(name: str) -> Workload:
 def drive(w: Workload, policy: str, budget_bytes: int) -> tuple[float, str]:
     """(ns of cache work per decode token, sha256 of every decision: each batch's hits, misses and the
     evictions decided after it, in order). The prompt's batches are driven but not timed."""
-    from harness.engine.cache import ExpertCache
+    try:
+        from harness.engine.cache.expert_cache import ExpertCache
+    except ImportError:  # a checkout from before the engine's subpackages: harness/engine/cache.py
+        from harness.engine.cache import ExpertCache  # type: ignore[no-redef,attr-defined]
 
     cache = ExpertCache(budget_bytes, w.expert_bytes, policy, n_expert=w.n_expert)
     h = hashlib.sha256()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from harness.engine.policies import ONLINE_DEFAULT
+from harness.engine.cache.policies import ONLINE_DEFAULT
 from harness.replay.bounds import BOUNDS, NEXT_TOKEN_BONUS, TOLD_WHAT
 from harness.replay.report import KEY_BUDGETS_MIB, Comparison, compare, offline
 from harness.replay.simulate import MIB, ReplayResult
@@ -98,7 +98,7 @@ def findings_md(
                  + (" (it never loses to LRU, but closes less than half the gap).\n" if best_never else ".\n"))
     if bounds:
         L.append(_bounds_verdict(results, bounds, goal_trace))
-    L.append(f"\nEngine default (`ONLINE_DEFAULT` in harness/engine/policies/): `{ONLINE_DEFAULT}`.\n")
+    L.append(f"\nEngine default (`ONLINE_DEFAULT` in harness/engine/cache/policies/): `{ONLINE_DEFAULT}`.\n")
     L.append("\nOnline policies ranked (never below LRU on every trace and budget, then mean share of the "
              f"gap closed on {goal_trace} at the key budgets):\n")
     for pol, never, g in ranked:
@@ -145,8 +145,8 @@ def findings_md(
 
     L.append("## How it was measured\n")
     L.append(
-        "The replay drives the engine's own `ExpertCache` (harness/engine/cache.py) with the engine's "
-        "own policy objects (harness/engine/policies/): one lookup per unique expert per layer batch, a "
+        "The replay drives the engine's own `ExpertCache` (harness/engine/cache/expert_cache.py) with the engine's "
+        "own policy objects (harness/engine/cache/policies/): one lookup per unique expert per layer batch, a "
         "duplicate only promotes, a miss costs its layer's expert bytes, eviction after the batch never "
         "evicts the batch. Prefill rows are grouped into one batch per layer (every prompt token's experts "
         "in routing order), decode rows into one batch per (token, layer). Hit % is cumulative over "

@@ -1,12 +1,12 @@
-"""Drive the engine's ExpertCache (harness/engine/cache.py) with a trace's batches: one implementation of
+"""Drive the engine's ExpertCache (harness/engine/cache/expert_cache.py) with a trace's batches: one implementation of
 the accounting and of every policy, shared with the engine. Pure: no I/O."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.engine.cache import ExpertCache
-from harness.engine.policies import POLICIES, Key, Policy
+from harness.engine.cache.expert_cache import ExpertCache
+from harness.engine.cache.policies import POLICIES, Key, Policy
 from harness.replay.trace import RouteTrace
 
 MIB = 1024 * 1024

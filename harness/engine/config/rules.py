@@ -1,0 +1,177 @@
+"""Validation of an EngineConfig: declared ranges and choices, the stream-only rule, the cross-field rules;
+`parse_cli`, which parses and validates; the lossy settings a configuration makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from harness.engine.config.fields import SPECS, EngineConfig, Spec, build_parser
+from harness.errors import UserError
+
+
+def parse_cli(argv: list[str]) -> EngineConfig:
+    """Parse and validate `bmoe` flags. Raises UserError with one line on any problem."""
+    cfg = EngineConfig(**vars(build_parser().parse_args(argv)))
+    validate(cfg)
+    return cfg
+
+
+# -- validation --------------------------------------------------------------------------------------------
+
+
+def _range_problem(s: Spec, v: Any) -> str | None:
+    lo, hi = s.flag.lo, s.flag.hi
+    if (lo is None or v >= lo) and (hi is None or v <= hi):
+        return None
+    if lo is not None and hi is not None:
+        want = f"{lo:g}..{hi:g}"
+    elif lo is not None:
+        want = f">= {lo:g}"
+    else:
+        want = f"<= {hi:g}"
+    return f"bmoe: {s.label} must be {want}, got {v}"
+
+
+def _ceil_needs_auto(cfg: EngineConfig) -> str | None:
+    if cfg.cache_ceil_mb is not None and cfg.cache_mb is not None:
+        return "bmoe: --cache-ceil-mb caps --cache-mb auto; it makes no sense with a fixed --cache-mb"
+    return None
+
+
+def _preload_needs_cache(cfg: EngineConfig) -> str | None:
+    if cfg.cache_preload and cfg.cache_mb == 0:
+        return "bmoe: --cache-preload needs a cache: drop --cache-mb 0"
+    return None
+
+
+def _no_think_needs_chatml(cfg: EngineConfig) -> str | None:
+    if cfg.no_think and not cfg.chatml:
+        return "bmoe: --no-think switches reasoning off inside the model's chat template: add --chatml"
+    return None
+
+
+def _prompts_file_rules(cfg: EngineConfig) -> str | None:
+    if cfg.replies is not None and cfg.prompts_file is None:
+        return "bmoe: --replies records the answers of a --prompts-file run: add --prompts-file PATH"
+    if cfg.prompts_file is None:
+        return None
+    if cfg.temp > 0:
+        return "bmoe: --prompts-file runs are greedy (every prompt answered as a fresh greedy run): drop --temp"
+    for name, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
+                       ("io_trace", "--io-trace"), ("compute_trace", "--compute-trace")):
+        if getattr(cfg, name) is not None:
+            return f"bmoe: {flag} records or replays one generation; it cannot be combined with --prompts-file"
+    return None
+
+
+def _traces_one_generation(cfg: EngineConfig) -> str | None:
+    for name, flag in (("io_trace", "--io-trace"), ("compute_trace", "--compute-trace")):
+        if getattr(cfg, name) is not None and cfg.session:
+            return f"bmoe: {flag} records one generation; it cannot be combined with --session"
+    return None
+
+
+def _drop_rules(cfg: EngineConfig) -> str | None:
+    on = cfg.drop_cold_experts is not None
+    if on and cfg.drop_replay:
+        return "bmoe: --drop-cold-experts decides drops, --drop-replay replays recorded ones: give one of them"
+    if on and cfg.cache_mb == 0:
+        return "bmoe: --drop-cold-experts skips cache misses only, so it needs a cache: give --cache-mb N or auto"
+    if on and cfg.cache_preload:
+        return "bmoe: --drop-cold-experts with --cache-preload: every expert is resident, nothing would drop"
+    if cfg.drop_in_prefill and not on:
+        return "bmoe: --drop-in-prefill needs --drop-cold-experts F"
+    if cfg.drop_no_renorm and not on and not cfg.drop_replay:
+        return "bmoe: --drop-no-renorm needs --drop-cold-experts F or --drop-replay TRACE"
+    return None
+
+
+def _prefetch_rules(cfg: EngineConfig) -> str | None:
+    flag = "--prefetch" if cfg.prefetch > 0 else "--predict-prefetch" if cfg.predict_prefetch else None
+    if flag and cfg.cache_mb == 0:
+        return (f"bmoe: {flag} reads experts ahead into the expert cache, so it needs one: give --cache-mb N "
+                "or auto (with --cache-mb 0 every layer shares one buffer, which a read ahead would overwrite)")
+    if flag and cfg.cache_preload:
+        return f"bmoe: {flag} with --cache-preload: every expert is resident, there is nothing to read ahead"
+    return None
+
+
+def _route_ahead_rules(cfg: EngineConfig) -> str | None:
+    if not cfg.route_ahead:
+        return None
+    for name, flag in (("route_replay", "--route-replay"), ("route_trace", "--route-trace"),
+                       ("drop_cold_experts", "--drop-cold-experts"), ("drop_replay", "--drop-replay")):
+        if getattr(cfg, name) is not None:
+            return f"bmoe: --route-ahead commits the routing itself; it cannot be combined with {flag}"
+    if cfg.prefetch > 0 or cfg.predict_prefetch:
+        return ("bmoe: --route-ahead already reads each layer's experts early; combining it with --prefetch or "
+                "--predict-prefetch is not supported (not gated): use one of them")
+    return None
+
+
+def _guess_rules(cfg: EngineConfig) -> str | None:
+    if not cfg.ngram and cfg.ngram_size != 3:
+        return "bmoe: --ngram-size sets how --ngram guesses: add --ngram"
+    if not cfg.ngram and not cfg.mtp:
+        if cfg.draft != 4:
+            return "bmoe: --draft sets how many tokens --ngram or --mtp guesses: add --ngram or --mtp"
+        return None
+    if cfg.ngram and cfg.mtp:
+        return "bmoe: --ngram and --mtp are two ways of guessing ahead: use one of them"
+    name = "--ngram" if cfg.ngram else "--mtp"
+    if cfg.temp > 0:
+        return f"bmoe: {name} verifies its guesses against greedy decoding: drop --temp"
+    for attr, flag in (("route_trace", "--route-trace"), ("route_replay", "--route-replay"),
+                       ("drop_cold_experts", "--drop-cold-experts"), ("drop_replay", "--drop-replay")):
+        if getattr(cfg, attr) is not None:
+            return f"bmoe: {flag} works one decoded token at a time; it cannot be combined with {name}"
+    for on, flag in ((cfg.prefetch > 0, "--prefetch"), (cfg.predict_prefetch, "--predict-prefetch"),
+                     (cfg.route_ahead > 0, "--route-ahead")):
+        if on:
+            return f"bmoe: {flag} with {name} is not supported (not gated together): use one of them"
+    return None
+
+
+def lossy_settings(cfg: EngineConfig) -> list[str]:
+    """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
+    return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
+
+
+_RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
+                                                             _no_think_needs_chatml, _prompts_file_rules,
+                                                             _drop_rules, _prefetch_rules, _traces_one_generation,
+                                                             _route_ahead_rules, _guess_rules)
+
+
+def validate(cfg: EngineConfig) -> None:
+    """Every declared range, choice, the stream-only rule (by value: a stream-only field away from its
+    default needs --moe-stream, however it was spelled) and the cross-field rules. Raises UserError."""
+    if any(getattr(cfg, s.name) for s in SPECS if s.flag.action):
+        return
+    for s in SPECS:
+        v = getattr(cfg, s.name)
+        if s.flag.required and not v:
+            raise UserError(f"bmoe: no {s.name} given: pass {s.label} {s.metavar}")
+        if v is None or s.switch:
+            continue
+        problem = _range_problem(s, v)
+        if problem:
+            raise UserError(problem)
+        if s.flag.choices is not None and v not in (allowed := s.flag.choices()):
+            raise UserError(f"bmoe: unknown {s.label} {v!r}; choose one of {', '.join(allowed)}")
+    if not cfg.moe_stream:
+        for s in SPECS:
+            if s.flag.stream_only and getattr(cfg, s.name) != s.default:
+                raise UserError(f"bmoe: {s.label} only applies with --moe-stream (add it, or drop {s.label})")
+    for rule in _RULES:
+        problem = rule(cfg)
+        if problem:
+            raise UserError(problem)
+
+
+def validate_for_model(cfg: EngineConfig, n_expert: int, k_model: int) -> None:
+    """The checks that need the model's numbers (read from its header, before loading it)."""
+    if cfg.n_expert_used > n_expert:
+        raise UserError(f"--n-expert-used {cfg.n_expert_used} is above the model's {n_expert} experts "
+                        f"({cfg.model}); use 1..{n_expert}, or 0 for the model's own {k_model}")

@@ -1,0 +1,5 @@
+"""Guess-ahead: prompt lookup (`--ngram`), the model's own MTP head (`--mtp`), and whether this llama.cpp decodes
+a verify batch bit-exactly.
+
+May import: model, io.
+"""

@@ -1,0 +1,120 @@
+"""Telemetry sinks: where a run's token rows go (the formats' writers do the writing).
+
+Each sink takes every `TokenRow` with its text delta, then the summary once, then is closed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
+from harness.formats.progress import progress_line
+
+if TYPE_CHECKING:
+    from harness.engine.io.tracing import Tracing
+    from harness.engine.stream.hook import StreamHook
+    from harness.formats.route_trace import RouteTraceWriter
+    from harness.formats.traces import TraceWriter
+
+
+class Sink(Protocol):
+    def row(self, row: TokenRow, text: str) -> None: ...
+
+    def finish(self, summary: Summary) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CsvSink:
+    """The per-token `bmoe_metrics` CSV: preamble at open, one row per token, the summary line."""
+
+    def __init__(self, writer: MetricsWriter):
+        self.writer = writer
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self.writer.row(row)
+
+    def finish(self, summary: Summary) -> None:
+        self.writer.summary(summary)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RouteTraceSink:
+    """The `route_trace` file: after each token, the routing decisions the hook recorded for it (the first
+    token's come after the prompt's, which are written as step 0)."""
+
+    def __init__(self, writer: RouteTraceWriter, hook: StreamHook):
+        self.writer = writer
+        self.hook = hook
+
+    def _flush(self, step: int) -> None:
+        events = self.hook.take_routes()
+        prefill = [e for e in events if e.phase == 0]
+        if prefill:
+            self.writer.events(0, 0, prefill)
+        self.writer.events(0, step, [e for e in events if e.phase != 0])
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self._flush(row.step)
+
+    def finish(self, summary: Summary) -> None:
+        self._flush(0)  # a generation that ended at once still has its prompt's routing
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class TraceSink:
+    """The `io_trace` and `compute_trace` files (either may be None): after each token, what the recorders
+    hold for it (the first token's come after the prompt's); at the end, every read still unsettled."""
+
+    def __init__(self, tracing: Tracing, io: TraceWriter | None, compute: TraceWriter | None):
+        self.tracing, self.io, self.compute = tracing, io, compute
+
+    def _flush(self, turn: int, final: bool) -> None:
+        t = self.tracing
+        if self.io is not None and t.io is not None:
+            self.io.rows(t.io.take(turn, final))
+        if self.compute is not None and t.compute is not None:
+            self.compute.rows(t.compute.take(turn))
+
+    def row(self, row: TokenRow, text: str) -> None:
+        self._flush(row.turn, False)
+
+    def finish(self, summary: Summary) -> None:
+        self._flush(0, True)
+
+    def close(self) -> None:
+        for w in (self.io, self.compute):
+            if w is not None:
+                w.close()
+
+
+class TextSink:
+    """stdout: the generated text alone, or one `BMOE_PROGRESS {json}` line per token (--progress)."""
+
+    def __init__(self, out: TextIO, progress: bool):
+        self.out = out
+        self.progress = progress
+
+    def row(self, row: TokenRow, text: str) -> None:
+        """`text` holds the token's raw bytes (undecodable ones as surrogate escapes): plain output writes
+        those bytes as they are; a progress line is JSON, so it carries them as U+FFFD."""
+        raw = text.encode("utf-8", "surrogateescape")
+        if self.progress:
+            self.out.write(progress_line(row, raw.decode("utf-8", "replace")) + "\n")
+        elif hasattr(self.out, "buffer"):
+            self.out.flush()
+            self.out.buffer.write(raw)
+        else:
+            self.out.write(raw.decode("utf-8", "replace"))
+        self.out.flush()
+
+    def finish(self, summary: Summary) -> None:
+        if not self.progress:
+            self.out.write("\n")
+
+    def close(self) -> None:
+        pass

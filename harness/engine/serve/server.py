@@ -1,0 +1,302 @@
+"""`bmoe serve`: an OpenAI-compatible HTTP server (FastAPI on uvicorn) over one loaded engine.
+
+One model, one context: a single worker thread generates, one request at a time; the others wait in a bounded
+queue (`--queue`, behind the one being answered), and a request that finds it full gets 503 with Retry-After.
+A client that disconnects cancels its generation (checked between tokens) or, still queued, is dropped before it
+starts. Bad JSON, a bad field, an unknown model or a prompt longer than the context get a 4xx JSON error object.
+Binds to 127.0.0.1 unless --host says otherwise. Endpoints: POST /v1/chat/completions and /v1/completions
+(SSE streaming with `stream: true`), GET /v1/models, GET /health, and the chat page at / (harness/engine/serve/web/).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from harness.engine.run.engine import Engine
+from harness.engine.serve.openai_api import FINISH, ChatRequest, CompletionRequest, Ids, error_body
+from harness.engine.serve.protocol import row_telemetry
+from harness.engine.serve.subcommands import ServeFlags
+from harness.engine.serve.turns import Conversation, Sampling, TurnResult, sampling_of
+from harness.errors import UserError
+
+WEB = Path(__file__).with_name("web")
+
+
+@dataclass
+class Job:
+    tokens: list[int]
+    sampling: Sampling
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, item: tuple[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+@dataclass
+class Counters:
+    served: int = 0
+    cancelled: int = 0
+    refused: int = 0
+    failed: int = 0
+    last: dict[str, Any] = field(default_factory=dict)
+    mean_s: float = 1.0  # a request's mean duration, for Retry-After
+
+
+class Worker:
+    """The one thread that touches the engine."""
+
+    def __init__(self, conv: Conversation, capacity: int):
+        self.conv = conv
+        self.capacity = capacity  # the running job plus the waiting ones
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.pending = 0  # queued or running
+        self.lock = threading.Lock()
+        self.counters = Counters()
+        self.fatal: str | None = None
+        self.closing = False
+        self.current: Job | None = None
+        self.thread = threading.Thread(target=self._loop, name="bmoe-serve-worker", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Job) -> bool:
+        with self.lock:
+            if self.pending >= self.capacity or self.fatal:
+                self.counters.refused += 1
+                return False
+            self.pending += 1
+        self.jobs.put(job)
+        return True
+
+    def stop(self) -> None:
+        """Cancel the running job and the waiting ones, end the thread."""
+        self.closing = True
+        if self.current:
+            self.current.cancel.set()
+        self.jobs.put(None)
+        self.thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            self.current = job
+            try:
+                self._run(job)
+            finally:
+                self.current = None
+                with self.lock:
+                    self.pending -= 1
+
+    def _run(self, job: Job) -> None:
+        c = self.counters
+        if job.cancel.is_set() or self.closing:  # its client went away while it waited
+            c.cancelled += 1
+            job.put(("cancelled", None))
+            return
+        t0 = time.perf_counter()
+        try:
+            for d in self.conv.generate(job.tokens, job.sampling, job.cancel.is_set):
+                job.put(("delta", (d.text, {"step": d.row.step, "token_id": d.row.token_id, **row_telemetry(d.row)})))
+        except UserError as e:
+            job.put(("error", str(e)))
+            return
+        except Exception as e:  # noqa: BLE001 - an engine failure: this request fails, the server says so
+            c.failed += 1
+            self.fatal = f"{type(e).__name__}: {e}"
+            job.put(("error", f"engine failure: {self.fatal}"))
+            return
+        res = self.conv.last
+        assert res is not None
+        c.cancelled += res.finish == "cancelled"
+        c.served += res.finish != "cancelled"
+        c.mean_s = 0.8 * c.mean_s + 0.2 * (time.perf_counter() - t0)
+        c.last = {"finish": res.finish, "tokens": len(res.tokens), "n_reused": res.n_reused}
+        job.put(("done", res))
+
+
+def _err(status: int, message: str, type_: str = "invalid_request_error", code: str | None = None,
+         headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, type_, code), status_code=status, headers=headers)
+
+
+def make_app(engine: Engine, flags: ServeFlags) -> FastAPI:
+    conv = Conversation(engine)
+    worker = Worker(conv, 1 + flags.queue)
+    model_id = flags.model_name or os.path.basename(engine.cfg.model).removesuffix(".gguf")
+    started = int(time.time())
+    app = FastAPI(title="bmoe", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.worker = worker
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":
+            return _err(400, "the request body is not valid JSON", code="invalid_json")
+        where = ".".join(str(x) for x in first.get("loc", ())[1:]) or "body"
+        return _err(400, f"{where}: {first.get('msg', 'invalid')}", code="invalid_value")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _err(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        c = worker.counters
+        body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": min(worker.pending, 1),
+                "waiting": max(worker.pending - 1, 0), "capacity": worker.capacity, "served": c.served,
+                "cancelled": c.cancelled, "refused": c.refused, "last": c.last, "n_past": len(conv.past)}
+        if worker.fatal:
+            body["error"] = worker.fatal
+        return JSONResponse(body, status_code=500 if worker.fatal else 200)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_id, "object": "model", "created": started,
+                                            "owned_by": "bmoe", "n_ctx": engine.cfg.ctx, "arch": engine.layout.arch}]}
+
+    @app.get("/")
+    async def page() -> FileResponse:
+        return FileResponse(WEB / "index.html", media_type="text/html")
+
+    async def answer(request: Request, req: ChatRequest | CompletionRequest, chat: bool):
+        if req.model and req.model != model_id:
+            return _err(404, f"unknown model {req.model!r}; this server has {model_id!r} (GET /v1/models)",
+                        code="model_not_found")
+        problem = req.unsupported()
+        if problem:
+            return _err(400, problem, code="unsupported")
+        try:
+            sp = sampling_of(engine.cfg, **req.sampling())
+            if isinstance(req, ChatRequest):
+                tokens = conv.prompt_tokens(messages=req.history())
+            else:
+                tokens = conv.prompt_tokens(prompt=req.prompt)
+            conv.check_fits(tokens, sp.n_predict)
+        except UserError as e:
+            code = "context_length_exceeded" if "exceeds the context" in str(e) else "invalid_value"
+            return _err(400, str(e), code=code)
+        job = Job(tokens, sp, asyncio.get_running_loop())
+        if not worker.submit(job):
+            wait = max(1, math.ceil(worker.counters.mean_s * worker.capacity))
+            return _err(503, f"busy: {worker.capacity} request(s) already running or queued; retry later",
+                        "server_busy", "queue_full", headers={"Retry-After": str(wait)})
+        ids = Ids(chat, model_id)
+        if req.stream:
+            return StreamingResponse(_sse(request, job, ids), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await _whole(request, job, ids)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, req: ChatRequest):
+        return await answer(request, req, True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request, req: CompletionRequest):
+        return await answer(request, req, False)
+
+    return app
+
+
+async def _next(request: Request, job: Job) -> tuple[str, Any]:
+    """The job's next item; cancels the job when the client has gone away meanwhile."""
+    while True:
+        try:
+            return await asyncio.wait_for(job.out.get(), timeout=0.25)
+        except TimeoutError:
+            if await request.is_disconnected():
+                job.cancel.set()
+
+
+async def _whole(request: Request, job: Job, ids: Ids) -> JSONResponse:
+    try:
+        while True:
+            kind, val = await _next(request, job)
+            if kind == "done":
+                return JSONResponse(ids.whole(val))
+            if kind == "error":
+                return _err(500 if val.startswith("engine failure") else 400, val,
+                            "server_error" if val.startswith("engine failure") else "invalid_request_error")
+            if kind == "cancelled":
+                return _err(499, "cancelled: the client went away", code="cancelled")
+    finally:
+        job.cancel.set()  # a no-op once done; stops the generation if this handler was cancelled
+
+
+def _data(obj: dict[str, Any]) -> str:
+    return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
+
+
+async def _sse(request: Request, job: Job, ids: Ids) -> AsyncIterator[str]:
+    try:
+        yield _data(ids.chunk("" if not ids.chat else None, role=True))
+        sent = 0
+        while True:
+            kind, val = await _next(request, job)
+            if kind == "delta":
+                text, tele = val
+                sent += len(text)
+                yield _data(ids.chunk(text, telemetry=tele))
+            elif kind == "done":
+                res: TurnResult = val
+                if len(res.text) > sent:  # U+FFFD for a UTF-8 sequence cut off at the end
+                    yield _data(ids.chunk(res.text[sent:]))
+                yield _data(ids.chunk(None if ids.chat else "", finish=FINISH[res.finish]))
+                yield _data(ids.usage_chunk(res))
+                yield "data: [DONE]\n\n"
+                return
+            elif kind == "error":
+                yield _data(error_body(val, "server_error"))
+                yield "data: [DONE]\n\n"
+                return
+            else:
+                return
+    finally:
+        job.cancel.set()  # the client went away (or the stream ended): stop generating for it
+
+
+def serve(engine: Engine, flags: ServeFlags) -> int:
+    import uvicorn
+
+    app = make_app(engine, flags)
+    config = uvicorn.Config(app, host=flags.host, port=flags.port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            host, port = server.servers[0].sockets[0].getsockname()[:2]
+            sys.stderr.write(f"bmoe: serving {os.path.basename(engine.cfg.model)} on http://{host}:{port} "
+                             f"(queue {flags.queue}; Ctrl-C stops)\n")
+            sys.stderr.flush()
+        await task
+
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal under the handler it found:
+    # a handler that does nothing here makes that a clean exit (status 0, the engine closed by the caller)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        asyncio.run(main())
+    finally:
+        app.state.worker.stop()  # before the engine closes: the worker may be mid-generation
+    if not server.started:
+        raise UserError(f"bmoe serve: could not listen on {flags.host}:{flags.port} (in use, or not an address here)")
+    return 0
