@@ -9,11 +9,14 @@ from harness.errors import UserError
 from harness.formats.results_csv import COLUMNS, VERSION, read_results, results_text
 
 
+def _row(cell: str, **kw) -> dict:
+    return {"cell": cell, "cfg.x": "1", **dict.fromkeys(COLUMNS), **kw}
+
+
 def test_round_trip_with_the_version_line(tmp_path):
-    rows = [{"cell": "base", "runs_ok": 3, "tok_s": 10.0, "tok_s_lo": 9.123456789, "ci_method": "t over runs",
-             "ratio": 1.0, "ratio_lo": None, "ratio_method": None},
-            {"cell": "a,b", "runs_ok": 3, "tok_s": 20.0, "tok_s_lo": None, "ci_method": "one run: spread between runs "
-             "unknown", "ratio": 2.0, "ratio_lo": 1.5, "ratio_method": "paired t over rounds"}]
+    rows = [_row("base", runs_ok=3, tok_s=10.0, tok_s_lo=9.123456789, ci_method="t over runs", ratio=1.0),
+            _row("a,b", runs_ok=3, tok_s=20.0, ci_method="one run: spread between runs unknown", ratio=2.0,
+                 ratio_lo=1.5, ratio_method="paired t over rounds")]
     p = tmp_path / "results.csv"
     text = results_text(rows)
     assert text.splitlines()[0] == f"# bmoe-results v{VERSION}" and VERSION == 2
@@ -22,7 +25,9 @@ def test_round_trip_with_the_version_line(tmp_path):
     assert version == 2 and [r["cell"] for r in back] == ["base", "a,b"]
     assert back[0]["tok_s_lo"] == "9.12346" and back[0]["ratio_lo"] == "" and back[1]["ratio_lo"] == "1.5"
     assert back[1]["ratio_method"] == "paired t over rounds" and back[0]["runs_ok"] == "3"
-    assert {"ci_method", "ratio_method"} <= set(COLUMNS)
+    assert {"ci_method", "ratio_method"} <= set(COLUMNS) and back[0]["cfg.x"] == "1"
+    with pytest.raises(ValueError, match="not the declared ones"):  # a column nobody declared
+        results_text([{**rows[0], "surprise": 1}])
 
 
 def test_a_v1_file_is_read_and_newer_or_foreign_ones_are_refused(tmp_path):

@@ -43,10 +43,23 @@ OPTIONAL: dict[str, str] = {
 V2_ONLY = ("ci_method", "ratio_method")
 
 
+def header_problem(keys: list[str]) -> str | None:
+    """What is wrong with a header against the declaration (cell, config keys, COLUMNS, OPTIONAL ones), or None."""
+    rest = [k for k in keys[1:] if not (k.startswith("cfg.") or k == "mode")]
+    want = [*COLUMNS, *(k for k in OPTIONAL if k in keys)]
+    if keys[:1] != ["cell"] or rest != want:
+        return f"results.csv columns {keys} are not the declared ones (cell, config keys, {', '.join(want)})"
+    return None
+
+
 def results_text(rows: list[dict[str, object]]) -> str:
-    """The file: version line, header (the first row's keys), rows; floats with 6 significant digits."""
+    """The file: version line, header (the first row's keys, as declared), rows; floats with 6 significant
+    digits. Every row has the same keys."""
     if not rows:
         return f"# {FORMAT} v{VERSION}\n"
+    bad = header_problem(list(rows[0]))
+    if bad is not None:
+        raise ValueError(bad)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(rows[0].keys())
