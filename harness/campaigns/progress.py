@@ -1,5 +1,6 @@
 """Live progress of a campaign (rich): runs done of total with an ETA, the current cell and round, and
-the current run's tokens from the engine's BMOE_PROGRESS lines."""
+the current run's tokens from the engine's BMOE_PROGRESS lines; with repeats driven by precision, the
+widest ratio interval after each round and the decision."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ class RunProgress:
         self.total = total_runs
         self.done = done_runs
         self.failed = 0
+        self.precise = ""  # after a round of a campaign with precision: how far from it
         self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                           TimeElapsedColumn(), console=console, transient=False)
         self.t_runs = self.p.add_task(f"runs ({n_cells} cells)", total=total_runs, completed=done_runs)
@@ -45,7 +47,7 @@ class RunProgress:
     def __exit__(self, *exc: object) -> None:
         self.p.__exit__(*exc)
 
-    def start_run(self, run_id: str, label: str, rnd: int, repeats: int, cell: int = 0) -> None:
+    def start_run(self, run_id: str, label: str, rnd: int, repeats: int | str, cell: int = 0) -> None:
         self.t_start = self.clock()
         self._runs_desc(current=True)
         self.p.update(self.t_tok, completed=0, total=self.tokens,
@@ -81,9 +83,26 @@ class RunProgress:
         self.durations.append(self.clock() - self.t_start)
         self._runs_desc(current=False)
 
+    def add_runs(self, n: int) -> None:
+        """A round added (precision): n more runs to go."""
+        self.total += n
+        self.p.update(self.t_runs, total=self.total)
+        self._runs_desc(current=False)
+
+    def precision(self, rounds: int, half_width: float, widths: dict[str, float], decision: str | None) -> None:
+        """One line after a round from the minimum on: the ratios' half-widths against the target, what next."""
+        within = sum(w <= half_width for w in widths.values())
+        widest = max(widths, key=lambda k: widths[k]) if widths else None
+        far = f"; widest {widest} +-{widths[widest]:.1%}" if widest is not None else ""
+        then = {"precise": "precise: stopping", "max": "the maximum: stopping"}.get(decision or "", "adding a round")
+        self.precise = f"{within}/{len(widths)} ratios within +-{half_width:.0%}"
+        self.console.print(f"after round {rounds}: {self.precise} (at 99%){far}; {then}", highlight=False)
+        self._runs_desc(current=False)
+
     def _runs_desc(self, current: bool) -> None:
         remaining = self.total - self.done
         eta = eta_text(self.durations, remaining, self.clock() - self.t_start if current else 0.0)
         failed = f", {self.failed} failed" if self.failed else ""
+        prec = f", {self.precise}" if self.precise else ""
         self.p.update(self.t_runs, completed=self.done,
-                      description=f"runs ({self.n_cells} cells{failed}, {eta})")
+                      description=f"runs ({self.n_cells} cells{failed}{prec}, {eta})")

@@ -24,21 +24,19 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from harness.campaigns import store
-from harness.campaigns.gate import StateSampler, wait_for_gate
-from harness.campaigns.progress import RunProgress
-from harness.campaigns.provenance import campaign_provenance, model_mismatch, model_sha256
-from harness.campaigns.questions import quality_record, take_replies, write_prompts_file
+from harness.campaigns.precision import describe
+from harness.campaigns.provenance import campaign_provenance
+from harness.campaigns.questions import quality_record, write_prompts_file
+from harness.campaigns.rounds import CampaignResult as CampaignResult  # re-exported: run_campaign returns it
+from harness.campaigns.rounds import run_all
 from harness.campaigns.schema import Campaign
-from harness.campaigns.traces import take_traces, trace_outputs
-from harness.campaigns.validate import Plan, engine_argv_tail, plan_campaign
+from harness.campaigns.validate import Plan, plan_campaign
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
-from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
-from harness.formats.files import copy_file, disk_full, is_disk_full
+from harness.formats.files import copy_file
+from harness.formats.folder import CAMPAIGN_FILE
 from harness.formats.manifest import (
-    ENGINE_LOG,
     FORMAT,
-    METRICS_FILE,
     VERSION,
     EngineDesc,
     HarnessDesc,
@@ -53,11 +51,7 @@ from harness.formats.manifest import (
     plan_hash,
     save_manifest,
 )
-from harness.formats.outcome import Eviction, GateRecord, Outcome
-from harness.formats.progress import parse_progress
-from harness.formats.replies import PROMPTS_FILE
-from harness.stats import tok_s
-from harness.targets.base import RunOutcome, Target
+from harness.targets.base import Target
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,7 +69,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         name=c.name,
         description=c.description,
         model=_every_field(c.model), target=_every_field(c.target), engine=_every_field(c.engine),
-        prompt=c.prompt, tokens=c.tokens, warmup_tokens=c.warmup_tokens, repeats=c.repeats,
+        prompt=c.prompt, tokens=c.tokens, warmup_tokens=c.warmup_tokens, repeats=c.min_repeats(),
         order=c.order, seed=c.seed, cross=c.cross, timeout_s=c.timeout_s,
         cooldown=_every_field(c.cooldown),
         base_flags=c.flags,
@@ -86,6 +80,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"quality": quality_record(c.quality)} if c.quality else {}),  # questions and grader, before any reply
         **({"engines": {k: _every_field(e) for k, e in c.engines.items()}} if c.engines else {}),
         **({"traces": True} if c.traces else {}),  # absent without: old hashes hold
+        **({"precision": c.precision.model_copy(update={"min_repeats": c.min_repeats()})} if c.precision else {}),
     )
 
 
@@ -245,14 +240,6 @@ def _harness_version() -> str:
     return __version__
 
 
-@dataclass
-class CampaignResult:
-    folder: Path
-    n_ok: int
-    n_failed: int
-    n_skipped: int  # finished in an earlier session
-
-
 def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: Console | None = None,
                  fresh: bool = False, retry_failed: bool = False, target: Target | None = None,
                  overrides: list[str] | tuple[str, ...] = ()) -> CampaignResult:
@@ -283,15 +270,16 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                     m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path)))
 
                 def fill(d: Path) -> None:
-                    copy_file(plan.campaign.source, d / "campaign.yaml")
+                    copy_file(plan.campaign.source, d / CAMPAIGN_FILE)
                     if plan.campaign.quality is not None:
                         write_prompts_file(d, plan.campaign.quality)
                     save_manifest(d, m)
 
                 folder = store.new_folder(root, plan.campaign.name, now, fill)
                 lock = store.lock_folder(folder)
-                console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {plan.campaign.repeats} "
-                              f"repeats = {len(plan.runs)} runs -> {folder}"
+                more = f" (then whole rounds until {describe(rec.precision)})" if rec.precision else ""
+                console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {rec.repeats} "
+                              f"repeats = {len(plan.runs)} runs{more} -> {folder}"
                               f"{' (removed a half-made start: ' + ', '.join(stale) + ')' if stale else ''}")
             else:
                 lock = store.lock_folder(folder)  # FolderBusy, naming the holder, when another runner has it
@@ -315,7 +303,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
         m.status = "running"
         m.sessions.append(SessionRecord(start=store.iso(now), end=None, **git_commit(Path.cwd())))
         save_manifest(folder, m)
-        return _run_all(plan, m, folder, target, res, console)
+        return run_all(plan, m, folder, target, res, console)
     finally:
         if lock is not None:
             lock.release()
@@ -329,137 +317,3 @@ def _note_other_plans(root: Path, plan: Plan, h: str, console: Console) -> None:
         how = " ".join(f"--set {shlex.quote(o)}" for o in sets) or "no --set"
         console.print(f"note: {d} is unfinished with a different plan (the file changed, or other --set "
                       f"arguments: it had {how}); starting a new folder")
-
-
-def _run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved, console: Console
-             ) -> CampaignResult:
-    c = plan.campaign
-    pending = [i for i, r in enumerate(m.runs) if not r.finished]
-    skipped = len(m.runs) - len(pending)
-    prog = RunProgress(console, total_runs=len(m.runs), done_runs=skipped, n_cells=len(plan.cells),
-                       tokens=c.tokens)
-    try:
-        with prog:
-            for i in pending:
-                r = m.runs[i]
-                cell = plan.cells[r.cell]
-                prog.start_run(r.run_id, cell.label, r.round + 1, c.repeats, cell.index)
-                outcome, hashes = _one_run(plan, r, folder, target, res, prog,
-                                           m.provenance.model_sha256 if m.provenance else None)
-                m.runs[i] = r.finish(outcome, hashes)
-                save_manifest(folder, m)
-                prog.end_run(r.run_id, cell.label, outcome.dump())
-        m.status = "complete" if all(r.finished for r in m.runs) else "running"
-    except BaseException as e:  # Ctrl-C, or an error in what we were given: drop the half-written run
-        store.clear_tmp(folder)
-        m.status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
-        raise
-    finally:
-        m.sessions[-1].end = store.iso(time.time())
-        save_manifest(folder, m)
-    n_ok = sum(r.status == "ok" for r in m.runs)
-    n_failed = sum(r.status == "failed" for r in m.runs)
-    return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped)
-
-
-def _one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
-             prog: RunProgress, want_model: dict[str, str] | None) -> tuple[Outcome, dict[str, str]]:
-    """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files). A
-    model file other than the campaign's (`want_model`, its sha256) fails the run without starting it."""
-    c = plan.campaign
-    cell = plan.cells[r.cell]
-    tmp = store.tmp_run_dir(folder, r.run_id)
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    try:
-        tmp.mkdir(parents=True)
-    except OSError as e:
-        if is_disk_full(e):
-            raise disk_full(tmp, None) from None
-        raise
-
-    have_model = model_sha256(target, res.model_path)
-    refuse = model_mismatch(want_model, have_model) if want_model is not None else None
-    if refuse is not None:
-        write_states(tmp / STATE_FILE, [])
-        refused = _refused(refuse, store.iso(time.time()), have_model)
-        return refused, store.commit_run(folder, r.run_id, refused)
-    gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
-    evicted = None
-    if c.target.kind == "local" and c.target.evict_model:
-        from harness.campaigns.pagecache import evict_model_files
-
-        evicted = evict_model_files(Path(res.model_path))
-    remote_csv = f"{target.run_dir().rstrip('/')}/{r.run_id}.csv"
-    outputs = [remote_csv]
-    quality: dict[str, str] = {}
-    if c.quality is not None:  # the folder's questions in, this run's replies out
-        quality = {"prompts": target.stage(folder / PROMPTS_FILE, "prompts"),
-                   "replies": f"{target.run_dir().rstrip('/')}/{r.run_id}.replies.jsonl"}
-        outputs.append(quality["replies"])
-    traces = trace_outputs(target.run_dir(), r.run_id) if c.traces else {}
-    outputs += traces.values()
-    # a quality run's tokens are in its CSV and its replies: no progress line per token in engine.log (a
-    # hundred questions of hundreds of tokens would make it the folder's biggest file); its log has the text
-    argv = res.argv0(cell.engine) + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv,
-                                               progress=c.quality is None, **quality, **traces)
-
-    def on_line(line: str) -> None:
-        d = parse_progress(line)
-        if d is not None:
-            prog.token(d)
-
-    t_start = time.time()
-    with StateSampler(target.sample_state) as sampler:
-        done: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=outputs, out_dir=tmp,
-                                      log_path=tmp / ENGINE_LOG, on_stdout_line=on_line)
-    t_end = time.time()
-
-    reason = done.reason
-    csv_local = done.fetched.get(remote_csv)
-    n_tokens = None
-    decode_tok_s = None
-    if csv_local is not None:
-        dest = tmp / METRICS_FILE
-        if Path(csv_local) != dest:
-            Path(csv_local).replace(dest)
-        if reason is None:
-            from harness.formats.metrics_csv import read_metrics
-
-            try:
-                mt = read_metrics(dest)
-                bad = mt.problem(None)
-                if bad is not None:
-                    raise UserError(bad)
-                n_tokens = len(mt.rows)
-                decode_tok_s = round(tok_s(mt.wall_ms()), 4)
-            except UserError as e:
-                reason = f"engine exited 0 but its CSV is unreadable: {e}"
-    elif reason is None:
-        reason = "engine exited 0 but wrote no metrics CSV"
-    if quality:
-        reason = take_replies(done.fetched.get(quality["replies"]), tmp, len(c.quality.ids or [])
-                              or int(c.quality.n or 0), reason)
-    if reason is None:
-        reason = take_traces(done.fetched, traces, tmp)
-    write_states(tmp / STATE_FILE, sampler.samples)
-
-    outcome = Outcome(
-        status="ok" if reason is None and done.exit_code == 0 else "failed",
-        reason=reason if reason is not None or done.exit_code == 0 else f"engine exited {done.exit_code}",
-        start=store.iso(t_start), end=store.iso(t_end), wall_s=round(done.wall_s, 3),
-        exit_code=done.exit_code, tokens=n_tokens, tok_s_all=decode_tok_s,
-        peak_mem_mib=done.peak_mem_mib,
-        oom_killed=done.oom_killed, argv=argv,
-        model_evicted=Eviction(**evicted) if evicted is not None else None,
-        gate=GateRecord(**gate.record()), entry_state=DeviceSample(**gate.entry),
-        n_state_samples=len(sampler.samples), sampler_errors=sampler.errors, model_sha256=have_model,
-    )
-    return outcome, store.commit_run(folder, r.run_id, outcome)
-
-
-def _refused(reason: str, t: str, model: dict[str, str]) -> Outcome:
-    """The outcome of a run not started (every field given, as for any finished run)."""
-    return Outcome(status="failed", reason=reason, start=t, end=t, wall_s=0.0, exit_code=None, tokens=None,
-                   tok_s_all=None, peak_mem_mib=None, oom_killed=None, argv=None, model_evicted=None, gate=None,
-                   entry_state=None, n_state_samples=0, sampler_errors=[], model_sha256=model)

@@ -117,4 +117,4 @@ def plan_campaign(path: Path | str, *, check_files: bool = True, overrides: list
         problems += local_file_problems(c)
     if problems:
         raise CampaignError(problems)
-    return Plan(campaign=c, cells=cells, runs=order_runs(len(cells), c.repeats, c.order, c.seed))
+    return Plan(campaign=c, cells=cells, runs=order_runs(len(cells), c.min_repeats(), c.order, c.seed))

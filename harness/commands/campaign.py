@@ -44,8 +44,10 @@ def validate(file: Path = typer.Argument(..., help="campaign YAML file"),
     c = plan.campaign
     if c.overrides:
         typer.echo(f"{file}: with " + ", ".join(f"--set {o}" for o in c.overrides))
-    typer.echo(f"{file}: ok: campaign {c.name}, {len(plan.cells)} cells x {c.repeats} repeats = "
-               f"{len(plan.runs)} runs of {c.tokens} tokens, order {c.order}, target {c.target.kind}")
+    more = (f", then whole rounds until every ratio is within +-{100 * c.precision.ratio_half_width:g}% (at most "
+            f"{c.precision.max_repeats})") if c.precision else ""
+    typer.echo(f"{file}: ok: campaign {c.name}, {len(plan.cells)} cells x {c.min_repeats()} repeats = "
+               f"{len(plan.runs)} runs of {c.tokens} tokens{more}, order {c.order}, target {c.target.kind}")
     for cell in plan.cells:
         typer.echo(f"  c{cell.index:02d} {cell.label}")
     typer.echo("  order: " + " ".join(r.run_id for r in plan.runs))

@@ -173,6 +173,15 @@ AxisSpec = Annotated[
         "needs exactly one of flag (vary one flag) or name (labelled flag bundles)"))]
 
 
+class Precision(_Model):
+    """After the minimum, whole rounds are added until every ratio to the base is precise, or the maximum."""
+
+    ratio_half_width: float = Field(gt=0, lt=1, description=(
+        "stop adding rounds once every cell's ratio to the base is known within +- this (0.05: 5%, at 99%)"))
+    min_repeats: int | None = Field(None, ge=2, description="rounds always run (default: repeats)")
+    max_repeats: int = Field(12, ge=2, description="rounds at most")
+
+
 QUESTION = "{question}"  # where a question goes in a quality template
 
 
@@ -214,7 +223,9 @@ class CampaignFile(_Model):
     cells: list[Flags] = Field(default_factory=list, description=(
         "explicit cells: flag mappings, each differing from the base in one flag"))
     cross: bool = Field(False, description="true to run the full cross product of the axes instead")
-    repeats: int = Field(3, ge=1, description="runs per cell")
+    repeats: int = Field(3, ge=1, description="runs per cell (with precision: the fewest, unless min_repeats)")
+    precision: Precision | None = Field(None, description=(
+        "add rounds until the ratios are precise: {ratio_half_width: 0.05, min_repeats: 3, max_repeats: 12}"))
     tokens: int = Field(32, ge=1, description="tokens to generate per run")
     prompt: Annotated[str, _check(r"(?s).*\S.*", "is empty")] = Field(DEFAULT_PROMPT, description="prompt text")
     warmup_tokens: int = Field(0, ge=0, description="tokens trimmed from the start of each run before statistics")
@@ -234,6 +245,7 @@ class CampaignFile(_Model):
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
         out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
+        out += self._precision_problems()
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))
@@ -296,6 +308,27 @@ class CampaignFile(_Model):
             if m.recipe is not None:
                 out.append((("model",), "a model recipe generates a local file: use target local, or give the "
                                         "model's path on the device"))
+        return out
+
+    def min_repeats(self) -> int:  # rounds always run: precision.min_repeats, else repeats
+        p = self.precision
+        return p.min_repeats if p is not None and p.min_repeats is not None else self.repeats
+
+    def _precision_problems(self) -> list[tuple[Loc, str]]:
+        p, n = self.precision, self.min_repeats()
+        if p is None:
+            return []
+        out: list[tuple[Loc, str]] = [(("precision", "min_repeats"), f"precision.min_repeats ({p.min_repeats}) and "
+                                       f"repeats ({self.repeats}) disagree: give one of them")] \
+            if p.min_repeats not in (None, self.repeats) and "repeats" in self.model_fields_set else []
+        if n < 2:
+            out.append((("precision",), f"precision needs at least 2 rounds before its first check, got {n} "
+                                        f"(repeats or precision.min_repeats)"))
+        if p.max_repeats < n:
+            out.append((("precision", "max_repeats"), f"precision.max_repeats ({p.max_repeats}) is below the "
+                                                      f"minimum ({n} rounds)"))
+        if self.quality is not None:
+            out.append((("precision",), "precision: a quality campaign's figure is its grades; set repeats"))
         return out
 
     def _traces_problems(self) -> list[tuple[Loc, str]]:

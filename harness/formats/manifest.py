@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PrivateAttr
 
 from harness.errors import UserError
-from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, TargetSpec
+from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
 from harness.formats.files import atomic_write_json, sha256_file
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
@@ -91,6 +91,9 @@ class PlanRecord(Record):
     quality: QualityRecord | None = None  # quality campaigns only (absent otherwise: older plans hash the same)
     engines: dict[str, EngineEntry] | None = None  # the engines axis, reference first (set only when given)
     traces: bool = False  # every run wrote io_trace.csv and compute_trace.csv (set only when true)
+    # repeats driven by precision (set only when asked; min_repeats resolved): `repeats` rounds planned, whole
+    # rounds added to `runs` (order_runs continued) until every ratio is precise or max_repeats
+    precision: Precision | None = None
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------

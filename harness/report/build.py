@@ -17,12 +17,13 @@ from harness.formats.files import atomic_write_bytes, atomic_write_text, is_temp
 from harness.formats.folder import FINDINGS, GRADES_FILE, PLOTS_DIR, RESULTS, RUNS
 from harness.formats.grades import grades_text
 from harness.formats.manifest import load_manifest, raw_file_changes, unhashed_runs
+from harness.formats.results_csv import results_text
 from harness.report.collect import load_campaign_data
 from harness.report.findings import render_findings
 from harness.report.peers import check_engines
 from harness.report.plots import all_plots
 from harness.report.quality import grade_folder, quality_section
-from harness.report.results import compute_results, results_frame
+from harness.report.results import compute_results, results_rows
 from harness.report.traced import TIMELINE, shown
 
 CHECKED = (FINDINGS, RESULTS)  # and grades.json in a quality campaign
@@ -48,7 +49,7 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     grades = grade_folder(data)  # None unless a quality campaign
     quality = quality_section(data, grades) if grades is not None else None
     findings = render_findings(data, res, previous, quality)
-    csv = results_frame(res).to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    csv = results_text(results_rows(res))
     plots = all_plots(data, res) if with_plots else {}
     texts = {FINDINGS: findings, RESULTS: csv}
     if grades is not None:

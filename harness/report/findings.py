@@ -8,6 +8,7 @@ import math
 
 from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
+from harness.report.intervals import fmt, methods_note, pairing_lines, precision_lines
 from harness.report.peers import engines_section
 from harness.report.provenance_md import provenance_lines, provenance_warnings
 from harness.report.results import Results
@@ -31,9 +32,7 @@ def _f(x: float | None, nd: int = 2, unit: str = "") -> str:
 
 
 def _iv(iv, nd: int = 2, suffix: str = "") -> str:
-    if iv is None:
-        return "n/a"
-    return f"{iv.point:.{nd}f}{suffix} [{iv.low:.{nd}f}, {iv.high:.{nd}f}]"
+    return fmt(iv, nd, suffix)
 
 
 def verdict(res: Results) -> list[str]:
@@ -47,7 +46,8 @@ def verdict(res: Results) -> list[str]:
         lines.append(f"**No difference detectable** between **{win.label}** ({_iv(win.tok_s)} tok/s) and "
                      f"{', '.join(f'**{t}**' for t in ties)}: their 95% confidence intervals overlap.")
     else:
-        lines.append(f"**{win.label}** is fastest: {_iv(win.tok_s)} tok/s (95% CI).")
+        lines.append(f"**{win.label}** is fastest: {_iv(win.tok_s)} tok/s"
+                     + (" (95% CI)." if win.tok_s.between_runs else "."))
     if win is not res.base and win.ratio is not None:
         r = win.ratio
         lines.append(f"Against the base cell ({res.base.label}, {_iv(res.base.tok_s)} tok/s) that is "
@@ -59,6 +59,9 @@ def verdict(res: Results) -> list[str]:
     slow = ranked[-1]
     if slow is not win and slow.ratio is not None and len(ranked) > 2:
         lines.append(f"Slowest: **{slow.label}**, {_iv(slow.ratio, 2, 'x')} the base.")
+    if any(not c.tok_s.between_runs for c in ranked):
+        lines.append("Cells with one run have no interval between runs (their spread within the run is no "
+                     "substitute): no difference involving them is established.")
     return lines
 
 
@@ -118,7 +121,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
     out.append(f"- **Fixed**: base flags {flags}; {per}, the first "
-               f"{p.warmup_tokens} trimmed; {p.repeats} repeats; order {p.order} "
+               f"{p.warmup_tokens} trimmed; {_repeats(res, p.repeats)}; order {p.order} "
                f"(seed {p.seed}); one fresh engine process per run (cold expert cache"
                + (" at its first question, warm after)." if p.quality else ")."))
     cd = p.cooldown
@@ -140,6 +143,14 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
         out.append(f"- Prompts: {len(p.quality.ids)} GSM8K questions answered in one engine process per run "
                    f"(the quality section below); tok/s is over every question's tokens.")
     return out + [""]
+
+
+def _repeats(res: Results, repeats: int) -> str:
+    q = res.precision
+    if q is None:
+        return f"{repeats} repeats"
+    return (f"{q.rounds} rounds (repeats driven by precision: {q.min_rounds} to {q.max_rounds}, until every ratio "
+            f"is within +-{100 * q.half_width:g}%)")
 
 
 def _shares(c) -> str:
@@ -189,15 +200,9 @@ def _table(res: Results) -> list[str]:
         for k in vk:
             vals[k] = c.config.get(k, "n/a")
         lines.append("| " + " | ".join(str(vals[h]) for h in cols) + " |")
-    bases = {c.tok_s.basis for c in res.cells if c.tok_s is not None}
-    how = {"runs": "across repeats (percentile bootstrap of the mean of per-run tok/s)",
-           "tokens": "over the tokens of a single run (percentile bootstrap of n / sum of wall time; ignores "
-                     "run-to-run variance)"}
     notes = [
         "",
-        f"tok/s per run = tokens kept / their summed wall time. 95% CIs: {'; '.join(how[b] for b in sorted(bases))}, "
-        f"seeded (seed {res.seed}), 4000 resamples. `x base` is the ratio of mean tok/s to the base cell, "
-        f"with a two-sample bootstrap CI.",
+        f"tok/s per run = tokens kept / their summed wall time. {methods_note(res)}",
         "s/token split: *I/O wait* is the time a token waited for expert reads (`stall_ms`); *cache mgmt* "
         "is `mgmt_ms`; *compute* is the engine's residual (wall - stall - mgmt), so page faults of an mmap "
         "baseline land in compute (see majflt/tok). n/a = the engine did not measure it.",
@@ -308,11 +313,12 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
         out.append("- The model is synthetic with random router weights: routing is near-uniform, unlike a "
                    "real model's skewed routing, so cache hit rates here say little about real models "
                    "(use route replay for that).")
-    if any(c.tok_s is not None and c.tok_s.basis == "tokens" for c in res.cells):
-        out.append("- Cells with a single run have CIs over tokens, which ignore run-to-run variance and "
-                   "the correlation between neighbouring tokens: they are too narrow.")
-    if p.repeats < 5:
-        out.append(f"- {p.repeats} repeats per cell: the bootstrap across so few runs understates the spread.")
+    if any(c.tok_s is not None and not c.tok_s.between_runs for c in res.cells):
+        out.append("- Cells with a single run: the spread between runs is unknown; the spread shown within the "
+                   "run ignores run-to-run variance and the correlation between neighbouring tokens.")
+    if p.repeats < 5 and res.precision is None:
+        out.append(f"- {p.repeats} repeats per cell: honest 95% intervals over so few runs are wide (t with "
+                   f"{p.repeats - 1} degree{'s' if p.repeats > 2 else ''} of freedom); more repeats narrow them.")
     if p.quality is None:
         out.append("- Output quality is not checked here (streamed output is byte-identical to resident by "
                    "design; lowering active experts is lossy and needs a quality run).")
@@ -337,7 +343,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     if warn:
         L += ["**Warnings**", ""] + warn + [""]
     L += _setup(data, res)
-    L += ["## Results", ""] + _table(res) + [""]
+    L += ["## Results", ""] + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
     L += engines_section(data)

@@ -85,9 +85,8 @@ def fmt_tok_s(iv: Interval | None, c: CellResult) -> str:
     if iv is None:
         return f"no result ({len(c.failures)} of {c.n_runs} runs failed)"
     nd = _sig(iv.point)
-    s = f"{iv.point:.{nd}f} [{iv.low:.{nd}f}, {iv.high:.{nd}f}]"
-    if iv.basis == "tokens":
-        s += " (1 run, CI over tokens)"
+    s = f"{iv.point:.{nd}f} [{iv.low:.{nd}f}, {iv.high:.{nd}f}]" if iv.between_runs else \
+        f"{iv.point:.{nd}f} (1 run: spread between runs unknown)"
     if c.n_ok < c.n_runs:
         s += f" ({c.n_ok} of {c.n_runs} runs)"
     return s
@@ -228,7 +227,8 @@ def summarize(name: str, data: CampaignData, res: Results) -> Folder:
     where = (f"this machine ({getattr(tgt, 'cpus', None)} CPUs, {getattr(tgt, 'cpu_model', None)})"
              if tgt.kind == "local" else f"{tgt.kind} device {getattr(tgt, 'serial', None) or ''}".strip())
     commit = (m.harness.commit or "?")[:12]
-    note = (f"{len(data.cells)} cells x {p.repeats} runs of {p.tokens} tokens (first "
+    runs = f"{res.precision.rounds} runs (until precise)" if res.precision else f"{p.repeats} runs"
+    note = (f"{len(data.cells)} cells x {runs} of {p.tokens} tokens (first "
             f"{data.warmup} dropped as warm-up), on {where}"
             + (f" under a {cap:g} MiB memory cap" if cap else "")
             + f"; harness commit `{commit}`; reproduce: `{m.reproduce}`.")

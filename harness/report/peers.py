@@ -9,13 +9,13 @@ one engine records is not compared (it is listed as unchecked instead); a key bo
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import PurePath
 
 from harness import stats
 from harness.errors import UserError
 from harness.report.collect import CampaignData, RunData
+from harness.report.intervals import fmt, pairing_share
 from harness.stats import Interval
 
 # the shared vocabulary: what a setting is, whichever engine ran it
@@ -137,7 +137,7 @@ class EngineRatio:
     reference: str
     tok_s: Interval | None
     ref_tok_s: Interval | None
-    ratio: Interval | None  # this engine / the reference, two-sample bootstrap as any ratio
+    ratio: Interval | None  # the reference / this engine, paired over rounds as any ratio
 
 
 def engine_ratios(data: CampaignData) -> list[EngineRatio]:
@@ -146,7 +146,8 @@ def engine_ratios(data: CampaignData) -> list[EngineRatio]:
         return []
     ref_label = next(iter(data.plan.engines))
     w, seed = data.warmup, data.plan.seed
-    walls = {c.index: [r.metrics.wall_ms(w) for r in data.cell_runs(c.index) if r.ok] for c in data.cells}
+    walls = {c.index: stats.CellRuns.of([r.metrics.wall_ms(w) for r in ok], [r.rec.round for r in ok])
+             for c in data.cells for ok in [[r for r in data.cell_runs(c.index) if r.ok]]}
     out = []
     for c in data.cells:
         if c.setting is None or c.setting == c.index:
@@ -161,9 +162,7 @@ def engine_ratios(data: CampaignData) -> list[EngineRatio]:
 
 
 def _iv(iv: Interval | None, unit: str = "") -> str:
-    if iv is None or not math.isfinite(iv.point):
-        return "n/a"
-    return f"{iv.point:.2f}{unit} [{iv.low:.2f}, {iv.high:.2f}]"
+    return fmt(iv, 2, unit)
 
 
 def engines_section(data: CampaignData) -> list[str]:
@@ -174,11 +173,14 @@ def engines_section(data: CampaignData) -> list[str]:
     ref = rows[0].reference
     L = ["## Engines side by side", "",
          f"Each setting ran on every engine; the ratio is {ref}'s tok/s over the other engine's at the same "
-         f"setting (95% bootstrap CI over runs). The CSV preambles were checked: the cells of one setting differ "
-         f"only by the engine in " + ", ".join(k for k in KEYS if k not in unchecked_keys(data)) + ".", ""]
+         f"setting (95% interval, paired over rounds as every ratio here). The CSV preambles were checked: the "
+         f"cells of one setting differ only by the engine in "
+         + ", ".join(k for k in KEYS if k not in unchecked_keys(data)) + ".", ""]
     un = unchecked_keys(data)
     if un:
         L += [f"Not recorded by every engine, so not checked: {', '.join(un)}.", ""]
-    L += [f"| setting | {ref} tok/s | engine | its tok/s | {ref} / it |", "|---|---|---|---|---|"]
-    L += [f"| {r.setting} | {_iv(r.ref_tok_s)} | {r.engine} | {_iv(r.tok_s)} | {_iv(r.ratio, 'x')} |" for r in rows]
+    L += [f"| setting | {ref} tok/s | engine | its tok/s | {ref} / it | width paired / unpaired |",
+          "|---|---|---|---|---|---|"]
+    L += [f"| {r.setting} | {_iv(r.ref_tok_s)} | {r.engine} | {_iv(r.tok_s)} | {_iv(r.ratio, 'x')} | "
+          f"{pairing_share(r.ratio)} |" for r in rows]
     return L + [""]

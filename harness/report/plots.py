@@ -32,13 +32,14 @@ def tok_s_plot(res: Results) -> bytes:
     fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(cells) + 2), 3.6))
     xs = range(len(cells))
     pts = [c.tok_s.point for c in cells]
-    err = [[c.tok_s.point - c.tok_s.low for c in cells], [c.tok_s.high - c.tok_s.point for c in cells]]
+    ivs = [c.tok_s if c.tok_s.between_runs else None for c in cells]  # one run: no interval between runs
+    err = [[iv.point - iv.low if iv else 0.0 for iv in ivs], [iv.high - iv.point if iv else 0.0 for iv in ivs]]
     ax.bar(xs, pts, color=["#888" if not c.varied else "#4a7fb5" for c in cells], alpha=0.7)
     ax.errorbar(xs, pts, yerr=err, fmt="none", ecolor="black", capsize=4)
     for i, c in enumerate(cells):
         ax.plot([i] * len(c.run_rates), c.run_rates, "o", color="black", ms=3)
     ax.set_xticks(list(xs), [c.label for c in cells], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("tok/s (95% CI; dots = runs)")
+    ax.set_ylabel("tok/s (95% interval over runs; dots = runs)")
     fig.tight_layout()
     return _png(fig)
 

@@ -1,6 +1,6 @@
-"""Per-cell results of a campaign (pure: CampaignData in, dataclasses and a DataFrame out): tok/s with
-its bootstrap CI, the ratio to the base cell, the s/token split, bytes, hits, memory, faults, and the
-warnings that name a remedy."""
+"""Per-cell results of a campaign (pure: CampaignData in, dataclasses and rows out): tok/s with its 95%
+interval, the ratio to the base cell (paired over rounds), the precision outcome of a campaign with
+`precision:`, the s/token split, bytes, hits, memory, faults, and the warnings that name a remedy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from harness import stats
 from harness.formats.devstate import DeviceSample
@@ -46,6 +45,17 @@ class CellResult:
 
 
 @dataclass
+class PrecisionOutcome:
+    """A campaign with repeats driven by precision: the rule, the rounds run, and how it ended."""
+
+    half_width: float
+    min_rounds: int
+    max_rounds: int
+    rounds: int
+    decision: str | None  # stats.PRECISE, stats.AT_MAX, or None: unfinished
+
+
+@dataclass
 class Results:
     cells: list[CellResult]
     base: CellResult
@@ -54,6 +64,7 @@ class Results:
     varying_facts: list[str]  # other preamble keys that differ between cells (resolved budgets, ...)
     fixed_config: dict[str, str]  # preamble keys identical in every run
     seed: int
+    precision: PrecisionOutcome | None = None
 
 
 def _nanmean(parts: list[np.ndarray]) -> float:
@@ -156,7 +167,7 @@ def compute_results(data: CampaignData) -> Results:
     shared, varying, fixed = _configs(data)
     base_idx = next(c.index for c in data.cells if not c.varied)
     base_ok = [r for r in data.cell_runs(base_idx) if r.ok]
-    base_walls = [r.metrics.wall_ms(w) for r in base_ok]
+    base_runs = stats.CellRuns.of([r.metrics.wall_ms(w) for r in base_ok], [r.rec.round for r in base_ok])
     cells: list[CellResult] = []
     findings: list[Finding] = []
     points: list[RunPoint] = []
@@ -164,9 +175,10 @@ def compute_results(data: CampaignData) -> Results:
         runs = data.cell_runs(c.index)
         ok = [r for r in runs if r.ok]
         walls = [r.metrics.wall_ms(w) for r in ok]
-        # each cell gets its own bootstrap stream, derived from the campaign seed
-        iv = stats.cell_interval(walls, seed + 1000 * c.index)
-        ratio = None if c.index == base_idx else stats.ratio_interval(walls, base_walls, seed + 1000 * c.index + 1)
+        cr = stats.CellRuns.of(walls, [r.rec.round for r in ok])
+        # each cell gets its own bootstrap stream (one run's within-run spread), derived from the campaign seed
+        iv = stats.cell_interval(cr, seed + 1000 * c.index)
+        ratio = None if c.index == base_idx else stats.ratio_interval(cr, base_runs, seed + 1000 * c.index + 1)
         caps = [r.rec.peak_mem_mib for r in ok if r.rec.peak_mem_mib is not None]
         rb = _col(ok, "read_bytes", w)
         failures = [(r.run_id, r.rec.reason or r.problem or "failed") for r in runs
@@ -219,11 +231,29 @@ def compute_results(data: CampaignData) -> Results:
         findings.append(Finding("gate", f"the cooldown gate could not check {', '.join(unchecked)} on this "
                                         f"target: runs were not gated on it."))
     base = next(x for x in cells if x.index == base_idx)
+    outcome = precision_outcome(data, [c.ratio for c in cells if c is not base])
+    if outcome is not None:  # stopped once precise: the ratios as the rule read them (sequential intervals)
+        for c in cells:
+            c.ratio = stats.printed(c.ratio, outcome.decision)
     cfg = [k for k in varying if k.startswith("cfg.") or k == "mode"]
     if data.plan.engines:  # engines write different preamble keys: cells are named by engine and setting instead
         cfg = []
     return Results(cells=cells, base=base, findings=findings, varying_keys=cfg,
-                   varying_facts=[k for k in varying if k not in cfg], fixed_config=fixed, seed=seed)
+                   varying_facts=[k for k in varying if k not in cfg], fixed_config=fixed, seed=seed,
+                   precision=outcome)
+
+
+def precision_outcome(data: CampaignData, ratios: list[Interval | None]) -> PrecisionOutcome | None:
+    """How a campaign with `precision:` ended: the decision the runner took after its last round (the same
+    function on the same runs), None while runs are pending."""
+    p = data.plan.precision
+    if p is None:
+        return None
+    rounds = 1 + max((r.rec.round for r in data.runs), default=-1)
+    lo = p.min_repeats or data.plan.repeats
+    done = all(r.rec.finished for r in data.runs)
+    decision = stats.precision_decision(ratios, rounds, p.ratio_half_width, lo, p.max_repeats) if done else None
+    return PrecisionOutcome(p.ratio_half_width, lo, p.max_repeats, rounds, decision)
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -232,7 +262,13 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return round(float(x), nd)
 
 
-def results_frame(res: Results) -> pd.DataFrame:
+def _between(iv: Interval | None, side: str) -> float | None:
+    """An interval's bound for results.csv: none for one run (no interval between runs)."""
+    return _r(getattr(iv, side)) if iv is not None and iv.between_runs else None
+
+
+def results_rows(res: Results) -> list[dict[str, object]]:
+    """results.csv's rows (harness.formats.results_csv)."""
     rows = []
     prefetched = any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells)
     evictor = any(math.isfinite(c.evictor_cpu_s) for c in res.cells)
@@ -242,10 +278,12 @@ def results_frame(res: Results) -> pd.DataFrame:
             row[k] = c.config.get(k)
         row.update({
             "runs_ok": c.n_ok, "runs_failed": len(c.failures),
-            "tok_s": _r(c.tok_s.point if c.tok_s else None), "tok_s_lo": _r(c.tok_s.low if c.tok_s else None),
-            "tok_s_hi": _r(c.tok_s.high if c.tok_s else None), "ci_basis": c.tok_s.basis if c.tok_s else None,
+            "tok_s": _r(c.tok_s.point if c.tok_s else None), "tok_s_lo": _between(c.tok_s, "low"),
+            "tok_s_hi": _between(c.tok_s, "high"), "ci_basis": c.tok_s.basis if c.tok_s else None,
+            "ci_method": c.tok_s.method if c.tok_s else None,
             "ratio": _r(c.ratio.point if c.ratio else (1.0 if c is res.base else None)),
-            "ratio_lo": _r(c.ratio.low if c.ratio else None), "ratio_hi": _r(c.ratio.high if c.ratio else None),
+            "ratio_lo": _between(c.ratio, "low"), "ratio_hi": _between(c.ratio, "high"),
+            "ratio_method": c.ratio.method if c.ratio else None,
             "s_per_tok": _r(c.wall_s), "io_wait_s_per_tok": _r(c.io_s), "mgmt_s_per_tok": _r(c.mgmt_s),
             "mgmt_cpu_s_per_tok": _r(c.mgmt_cpu_s), "mgmt_hidden_s_per_tok": _r(c.mgmt_hidden_s),
             "compute_s_per_tok": _r(c.compute_s), "mib_read_per_tok": _r(c.mib_per_tok, 3),
@@ -258,4 +296,4 @@ def results_frame(res: Results) -> pd.DataFrame:
             row.update({"prefetch_mib_per_tok": _r(c.prefetch_mib_per_tok, 3),
                         "prefetch_wasted_pct": _r(c.prefetch_wasted_pct, 2)})
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows

@@ -4,7 +4,6 @@ one setting differ in more than the engine. Engines here are the fake engine (a 
 
 from __future__ import annotations
 
-import csv
 import textwrap
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from harness.campaigns.yamlsrc import CampaignError
 from harness.errors import UserError
 from harness.formats.manifest import load_manifest
 from harness.formats.metrics_csv import parse_metrics
+from harness.formats.results_csv import read_results
 from harness.report.build import build_report, write_report
 from harness.report.collect import load_campaign_data
 from harness.report.peers import comparable, engine_problems
@@ -102,7 +102,8 @@ def test_a_run_records_every_engine_and_the_report_compares_them(tmp_path):
     text = (res.folder / "findings.md").read_text()
     section = text.split("## Engines side by side", 1)[1].split("\n## ", 1)[0]
     assert "| base | 10.00 [10.00, 10.00] | b | 20.00" in section and "0.50x [" in section  # a/b = 10/20 tok/s
-    rows = list(csv.DictReader((res.folder / "results.csv").open()))
+    version, rows = read_results(res.folder / "results.csv")
+    assert version == 2 and rows[0]["ratio_method"] == "" and rows[2]["ratio_method"] == "paired t over rounds"
     assert [r["cell"] for r in rows] == ["a base", "b base", "a --sleep-ms=1", "b --sleep-ms=1"]
 
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from harness.formats.results_csv import read_results
 from tests.helpers.faults import cli, error_line, folders
 from tests.helpers.runner import campaign
 
@@ -50,9 +51,7 @@ def test_a_broken_metrics_csv_marks_its_run_invalid(copy, fault):
     md = (copy / "findings.md").read_text()
     warn = [x for x in md.splitlines() if x.startswith("- invalid:")]
     assert len(warn) == 1 and "r01-c00: runs/r01-c00/metrics.csv: " in warn[0] and str(copy) not in warn[0], md
-    results = (copy / "results.csv").read_text().splitlines()
-    cols = results[0].split(",")
-    base = dict(zip(cols, results[1].split(","), strict=True))
+    base = read_results(copy / "results.csv")[1][0]
     assert base["runs_ok"] == "1" and base["runs_failed"] == "1"
     r = cli("report", copy, "--check")
     assert r.returncode == 2 and "runs/r01-c00/metrics.csv" in error_line(r.stderr)

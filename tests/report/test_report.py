@@ -110,7 +110,8 @@ def test_failed_and_single_runs(tmp_path):
     res = compute_results(load_campaign_data(folder))
     assert res.cells[0].tok_s.basis == "tokens" and res.cells[1].tok_s is None
     md = build_report(folder, with_plots=False).texts["findings.md"]
-    assert "over the tokens of a single run" in md
+    assert "**base** is fastest: 10.00 (one run: spread between runs unknown; within it " in md
+    assert "one run: the spread between runs is unknown, so no interval" in md  # the methods note
     assert "failed: engine exited 3: boom" in md
     assert "--fast=on: no successful run" in md
 
@@ -220,7 +221,7 @@ def test_prefetch_columns_appear_only_where_a_cell_read_ahead(tmp_path):
     assert res.cells[1].prefetch_wasted_pct == pytest.approx(25.0)
     out = build_report(folder, with_plots=False).texts
     assert "| prefetch MiB/tok | prefetch wasted % |" in out["findings.md"]
-    assert "| 1.0 | 25.0 |" in out["findings.md"] and "prefetch_wasted_pct" in out["results.csv"].splitlines()[0]
+    assert "| 1.0 | 25.0 |" in out["findings.md"] and "prefetch_wasted_pct" in out["results.csv"].splitlines()[1]
     # a folder with no read-ahead keeps its columns
     other = two_cell_folder(tmp_path / "o")
     out = build_report(other, with_plots=False).texts

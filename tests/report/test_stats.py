@@ -23,20 +23,63 @@ def test_identical_runs_give_a_zero_width_interval_over_runs():
     assert (iv.point, iv.low, iv.high) == pytest.approx((4.0, 4.0, 4.0))
 
 
-def test_single_run_interval_is_over_tokens():
+def test_single_run_has_no_interval_between_runs_only_its_within_run_spread():
     iv = stats.cell_interval([np.array([200.0, 250.0, 300.0, 250.0, 250.0])], seed=1)
-    assert iv.basis == "tokens" and iv.n == 5
+    assert iv.basis == "tokens" and iv.n == 5 and not iv.between_runs
+    assert iv.method == stats.ONE_RUN == "one run: spread between runs unknown"
+    assert iv.half_width == float("inf")  # never precise
     assert iv.point == pytest.approx(5 / 1.25)
     assert iv.low <= iv.point <= iv.high
     # the slowest possible resample is all 300 ms tokens, the fastest all 200 ms
     assert 1000 / 300 <= iv.low and iv.high <= 1000 / 200
 
 
-def test_interval_is_seeded_and_reproducible():
+def test_within_run_spread_is_seeded_and_reproducible_and_runs_need_no_seed():
     rng = np.random.default_rng(0)
+    one = [rng.normal(250, 20, 16)]
+    assert stats.cell_interval(one, seed=7) == stats.cell_interval(one, seed=7)
+    assert stats.cell_interval(one, seed=7) != stats.cell_interval(one, seed=8)
     runs = [rng.normal(250, 20, 16) for _ in range(12)]
-    assert stats.cell_interval(runs, seed=7) == stats.cell_interval(runs, seed=7)
-    assert stats.cell_interval(runs, seed=7) != stats.cell_interval(runs, seed=8)
+    assert stats.cell_interval(runs, seed=7) == stats.cell_interval(runs, seed=8)  # a t interval: no resampling
+
+
+def test_t_interval_over_two_runs_in_closed_form():
+    # 4 and 6 tok/s: mean 5, sd sqrt(2), standard error relative to the mean 0.2; t(1 df) = 12.706
+    iv = stats.cell_interval([np.full(4, 250.0), np.full(6, 1000 / 6)], seed=0)
+    assert iv.method == stats.T_RUNS and iv.basis == "runs" and iv.n == 2
+    q = 12.7062047 * 0.2
+    assert (iv.point, iv.low, iv.high) == pytest.approx((5.0, 5 * np.exp(-q), 5 * np.exp(q)))
+
+
+def test_paired_ratio_cancels_what_a_round_shares():
+    # the machine runs 1x, 2x, 0.5x as fast in rounds 0, 1, 2; the cell is always exactly 1.5x the base
+    speed = [1.0, 2.0, 0.5]
+    base = stats.CellRuns.of([np.full(5, 100.0 / s) for s in speed], [0, 1, 2])
+    cell = stats.CellRuns.of([np.full(5, 100.0 / s / 1.5) for s in speed], [0, 1, 2])
+    iv = stats.ratio_interval(cell, base, seed=0)
+    assert iv.method == stats.T_PAIRED and iv.basis == "rounds" and iv.n == 3
+    assert (iv.point, iv.low, iv.high) == pytest.approx((1.5, 1.5, 1.5))
+    un = iv.unpaired  # the same runs taken apart: the rounds' spread lands in the interval
+    assert un.method == stats.T_UNPAIRED and un.point == pytest.approx(1.5) and un.low < 1.0 and un.high > 2.2
+    # rounds the base lacks: paired over the two rounds both have
+    part = stats.ratio_interval(cell, stats.CellRuns.of(list(base.walls[:2]), [0, 1]), seed=0)
+    assert part.method == stats.T_PAIRED and part.n == 2
+    # fewer than two common rounds: unpaired, and it says so
+    apart = stats.ratio_interval(stats.CellRuns.of(list(cell.walls[:2]), [0, 1]),
+                                 stats.CellRuns.of(list(base.walls[1:]), [1, 2]), seed=0)
+    assert apart.method == stats.T_UNPAIRED and apart.unpaired is None
+
+
+def test_precision_reached_reads_the_sequential_interval():
+    rng = np.random.default_rng(3)
+    base = [np.full(4, 100.0 * f) for f in rng.normal(1, 0.02, 6)]
+    cell = [np.full(4, 50.0 * f) for f in rng.normal(1, 0.02, 6)]
+    iv = stats.ratio_interval(stats.CellRuns.of(cell, list(range(6))), stats.CellRuns.of(base, list(range(6))), 0)
+    seq = iv.sequential()
+    assert seq.point == iv.point and seq.low < iv.low and seq.high > iv.high and stats.SEQUENTIAL in seq.method
+    assert stats.precision_reached([iv], seq.half_width + 1e-9)
+    assert not stats.precision_reached([iv], seq.half_width * 0.99)
+    assert not stats.precision_reached([iv, None], 1.0)  # a cell without a ratio is never precise
 
 
 def test_cell_interval_covers_the_true_mean_about_95_percent_of_the_time():
@@ -59,9 +102,9 @@ def test_ratio_of_constant_cells_is_exact():
     assert (iv.point, iv.low, iv.high) == pytest.approx((2.0, 2.0, 2.0))
 
 
-def test_ratio_over_tokens_for_single_runs():
+def test_ratio_of_single_runs_is_their_within_run_spread():
     iv = stats.ratio_interval([np.full(8, 100.0)], [np.full(8, 300.0)], seed=3)
-    assert iv.basis == "tokens" and iv.point == pytest.approx(3.0)
+    assert iv.basis == "tokens" and iv.point == pytest.approx(3.0) and iv.method == stats.ONE_RUN
 
 
 def test_ratio_interval_covers_the_true_ratio():
@@ -112,6 +155,7 @@ def test_variance_and_few_runs():
     assert f is not None and "add repeats" in f.message
     assert stats.few_runs_check("x", 3) is None
     assert "repeats: 3" in stats.few_runs_check("x", 1).message
+    assert "spread between runs is unknown" in stats.few_runs_check("x", 1).message
 
 
 def test_freq_fraction():
