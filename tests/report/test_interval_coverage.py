@@ -2,7 +2,7 @@
 through the functions the report and the runner call (harness.stats.cell_interval / ratio_interval on
 per-run wall_ms with their rounds, the runs ordered by harness.campaigns.expand.order_runs, the stopping
 rule harness.stats.precision_decision): two cells (the base at 10 tok/s, the other at 15), 20 tokens a
-run, run-to-run noise of four kinds, every case 2000 trials. `python tests/test_interval_coverage.py`
+run, run-to-run noise of four kinds, every case 2000 trials. `python -m tests.report.test_interval_coverage`
 prints the whole table (coverage %, and the median interval width)."""
 
 from __future__ import annotations
