@@ -50,6 +50,29 @@ class Sampling:
         return replace(base, **{k: v for k, v in over.items() if v is not None})
 
 
+# llama.cpp's log lines, the last 50 (for a failed load's message). The callback is made once and kept for the
+# process's life: llama.cpp keeps the pointer after a session closes, and a freed one crashes the next load in
+# this process (an in-process llama-cpp-python Llama after a Session did: tests/gates/test_bailingmoe3.py)
+_LOG_LINES: deque[str] = deque(maxlen=50)
+_LOG_CB = None
+
+
+def _on_log(level, text, _ud) -> None:
+    try:
+        s = text.decode("utf-8", "replace").strip()
+        if s:
+            _LOG_LINES.append(s)
+    except Exception:  # noqa: BLE001 - never raise into C
+        pass
+
+
+def _log_callback(L):
+    global _LOG_CB
+    if _LOG_CB is None:
+        _LOG_CB = L.llama_log_callback(_on_log)
+    return _LOG_CB
+
+
 class Sampler:
     """One llama.cpp sampler chain over a session's context (the only place one is built); `close()` frees it."""
 
@@ -105,12 +128,12 @@ class Session:
         self.mtp: MtpDrafter | None = None  # --mtp: the MTP head's drafter
         self.dense = dense
         self.psi_path, self.psi_source = sysstats.psi_memory_path()  # mem_stall_ms per token
-        self._log: deque[str] = deque(maxlen=50)
+        self._log = _LOG_LINES
+        self._log.clear()
         # from the file's header, before the slow load: a template that cannot do what was asked is refused now
         self.prompt = build_prompt(cfg.model, layout.chat_template, cfg.prompt, chatml=cfg.chatml,
                                    no_think=cfg.no_think)
-        self._log_cb = L.llama_log_callback(self._on_log)
-        L.llama_log_set(self._log_cb, ctypes.c_void_p(0))
+        L.llama_log_set(_log_callback(L), ctypes.c_void_p(0))
         L.llama_backend_init()
         t0 = time.perf_counter()
         try:
@@ -123,14 +146,6 @@ class Session:
         self.load_s = time.perf_counter() - t0
 
     # -- llama.cpp plumbing -----------------------------------------------------------------------
-    def _on_log(self, level, text, _ud) -> None:
-        try:
-            s = text.decode("utf-8", "replace").strip()
-            if s:
-                self._log.append(s)
-        except Exception:  # noqa: BLE001 - never raise into C
-            pass
-
     def last_log(self) -> str:
         for s in reversed(self._log):
             if "error" in s.lower() or "failed" in s.lower():
