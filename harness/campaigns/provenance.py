@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.adb import file_sha256
+from harness.adb_shell import script
 from harness.campaigns.pagecache import model_files
 from harness.errors import UserError
 from harness.formats.files import atomic_write_text
@@ -92,7 +93,7 @@ def local_sha256(p: Path) -> str:
 
 def adb_sha256(device, path: str) -> str:
     """sha256 of a file on an adb device (harness.adb.Device), by the device's own sha256sum, cached."""
-    code, out, err = device.shell(device.script(_STAT_SCRIPT, path))
+    code, out, err = device.shell(script(_STAT_SCRIPT, path))
     parts = out.split()
     if code != 0 or len(parts) != 4 or not all(x.isdigit() for x in parts):
         raise UserError(f"adb device {device.serial}: cannot stat {path} ({(err or out).strip() or f'exit {code}'})")
@@ -176,7 +177,7 @@ def device_fingerprint(target, desc: dict) -> DeviceFingerprint:
         return DeviceFingerprint(kind="local", cpu_model=desc.get("cpu_model"), kernel=desc.get("kernel"),
                                  mem_total_mib=desc.get("mem_total_mib"))
     dev = target.device
-    code, out, _ = dev.shell(dev.script(_FINGERPRINT_SCRIPT))
+    code, out, _ = dev.shell(script(_FINGERPRINT_SCRIPT))
     props = {k: (v.strip() or None) for k, v in (ln.split("=", 1) for ln in out.splitlines() if "=" in ln)} \
         if code == 0 else {}
     return DeviceFingerprint(kind="adb", fingerprint=props.get("ro.build.fingerprint"),
