@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import stats
 from harness.formats.manifest import METRICS_FILE, legacy, raw_file_changes, run_dir, unhashed_runs
 from harness.report.audit import audit
 from harness.report.collect import CampaignData, load_campaign_data
+from harness.report.results import compute_results
 
 MIN_KEPT_TOKENS = 4  # tokens after the warm-up, per ok run
 MIN_KEPT_WALL_S = 0.2  # their summed wall time, per ok run
@@ -129,6 +131,22 @@ def read_acknowledged(folder: Path) -> list[str]:
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
+def _precision(data: CampaignData) -> tuple[list[str], list[str]]:
+    """A campaign with `precision:`: (problems, notes). Not decided (runs pending, or fewer rounds than its rule
+    ran to) is a problem; stopped precise or at the maximum is a note naming the rounds."""
+    if data.plan.precision is None:
+        return [], []
+    q = compute_results(data).precision
+    assert q is not None
+    rule = f"precision +-{q.half_width:.0%}, {q.min_rounds}-{q.max_rounds} rounds"
+    if q.decision == stats.PRECISE:
+        return [], [f"{rule}: every ratio reached it after {q.rounds} rounds"]
+    if q.decision == stats.AT_MAX:
+        return [], [f"{rule}: stopped at the maximum, {q.rounds} rounds, with a ratio not within it (findings.md "
+                    "names the cells)"]
+    return [f"{rule}: not decided after {q.rounds} rounds (runs pending or rounds missing); resume the campaign"], []
+
+
 def check_folder(folder: Path | str) -> CheckResult:
     folder = Path(folder)
     data = load_campaign_data(folder)
@@ -136,7 +154,9 @@ def check_folder(folder: Path | str) -> CheckResult:
     prov, notes = _provenance(data)
     hashes, unhashed = _hashes(data)
     notes += unhashed
-    found = [*audit(data).violations(), *_runs(data), *prov, *hashes]
+    prec, prec_notes = _precision(data)
+    notes += prec_notes
+    found = [*audit(data).violations(), *_runs(data), *prov, *hashes, *prec]
     ack = read_acknowledged(folder)
     res.problems = [p for p in found if p not in ack]
     res.problems += [f"{ACKNOWLEDGED}: '{a}' no longer occurs: remove it" for a in ack if a not in found]

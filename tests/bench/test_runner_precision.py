@@ -18,6 +18,7 @@ from harness.campaigns.yamlsrc import CampaignError
 from harness.formats.manifest import load_manifest, plan_hash, run_dir, save_manifest
 from harness.formats.results_csv import read_results
 from harness.report.build import build_report, check_report, write_report
+from harness.report.checker import check_folder
 from tests.helpers.runner import BENCH, campaign
 
 
@@ -51,6 +52,8 @@ def test_runs_that_agree_stop_after_the_minimum(tmp_path):
     assert version == 2
     assert rows[1]["ratio_method"] == "paired t over rounds, t at 99%: the campaign stopped once precise"
     assert check_report(res.folder) == []
+    checked = check_folder(res.folder)  # bmoe-bench check names the precision outcome
+    assert checked.ok and "precision +-5%, 3-6 rounds: every ratio reached it after 3 rounds" in checked.notes
 
 
 def test_runs_that_disagree_go_on_to_the_maximum_and_say_so(tmp_path):
@@ -66,6 +69,9 @@ def test_runs_that_disagree_go_on_to_the_maximum_and_say_so(tmp_path):
     assert "the maximum: stopping" in text
     md = build_report(res.folder, with_plots=False).texts["findings.md"]
     assert "stopped at the maximum, 4 rounds" in md and "| no: stopped at the maximum |" in md
+    checked = check_folder(res.folder)  # (its fast fake runs are under check's minimum wall time: not this test's)
+    assert not [q for q in checked.problems if q.startswith("precision")]
+    assert any(n.startswith("precision +-5%, 2-4 rounds: stopped at the maximum, 4 rounds") for n in checked.notes)
     ratio = re.search(r"\| --speed=20 \| 4/4 \| [0-9.]+ \[[0-9.]+, [0-9.]+\] \| ([0-9.]+) \[([0-9.]+), ([0-9.]+)\]", md)
     point, lo, hi = map(float, ratio.groups())
     assert hi / point - 1 > 0.05  # a plain 95% interval (not stopped on precision), wider than the target
@@ -83,6 +89,8 @@ def test_a_campaign_cut_after_a_round_resumes_and_decides_again(tmp_path):
     m.runs = m.runs[:4]
     m.status = "running"
     save_manifest(res.folder, m)
+    assert "precision +-5%, 2-3 rounds: not decided after 2 rounds (runs pending or rounds missing); resume the " \
+        "campaign" in check_folder(res.folder).problems
     con, out = _console()
     again = run_campaign(p, root=root, console=con)
     assert again.folder == res.folder and again.n_skipped == 4 and again.n_ok == 6
