@@ -3,11 +3,8 @@ prints it, `--update-readme README.md` rewrites it between its markers."""
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
+from harness import readme_block as readme
 from harness.engine.config.fields import SPECS
-from harness.errors import UserError
 
 # -- the README's flag table -------------------------------------------------------------------------------
 
@@ -41,24 +38,10 @@ def readme_section() -> str:
 
 def readme_block(text: str, path: str = "README.md") -> tuple[int, int]:
     """(start, end) of the generated section in a README's text; UserError when its markers are missing."""
-    a, b = text.find(README_BEGIN), text.find(README_END)
-    if a < 0 or b < a:
-        raise UserError(f"{path}: no generated flag table (the markers {README_BEGIN!r} ... {README_END!r})")
-    return a, b + len(README_END)
+    return readme.find(text, README_BEGIN, README_END, "flag table", path)
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.engine.config", allow_abbrev=False,
-                                description="The bmoe flag table, derived from the config declaration.")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--readme-table", action="store_true", help="print the README's flag table")
-    g.add_argument("--update-readme", metavar="README", help="rewrite the table between its markers in place")
-    ns = p.parse_args(argv)
-    if ns.readme_table:
-        print(readme_section())
-        return 0
-    path = Path(ns.update_readme)
-    text = path.read_text()
-    a, b = readme_block(text, str(path))
-    path.write_text(text[:a] + readme_section() + text[b:])
-    return 0
+    return readme.main(argv, prog="python -m harness.engine.config", what="flag table", section=readme_section,
+                       description="The bmoe flag table, derived from the config declaration.",
+                       begin=README_BEGIN, end=README_END)
