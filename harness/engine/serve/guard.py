@@ -71,9 +71,11 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 
 async def send_error(send: Send, status: int, message: str, code: str, headers: dict[str, str] | None = None,
-                     type_: str = "invalid_request_error") -> None:
+                     type_: str = "invalid_request_error", close: bool = True) -> None:
     body = json.dumps(error_body(message, type_, code)).encode()  # ASCII: any text in the message is escaped
     h = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:  # the body was not read: the connection closes rather than read (and drop) the rest of it
+        h.append((b"connection", b"close"))
     h += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": h})
     await send({"type": "http.response.body", "body": body})
@@ -149,7 +151,7 @@ class Guard:
                      f"{type(e).__name__}: {e}".encode("utf-8", "backslashreplace").decode())
             if not started:
                 await send_error(send, 500, f"internal error: {type(e).__name__}", "internal_error",
-                                 type_="server_error")
+                                 type_="server_error", close=False)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
