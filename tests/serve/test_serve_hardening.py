@@ -35,7 +35,7 @@ def model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
-    s = Server(model, tmp_path_factory.mktemp("srv"), *FLAGS, "-c", "4096", "--max-body-kb", "256")
+    s = Server(model, tmp_path_factory.mktemp("srv"), *FLAGS, "-c", "4096")  # the default body limit, 1 MiB
     yield s
     assert s.stop() == 0
     assert "Traceback" not in s.log.read_text()
@@ -122,7 +122,8 @@ def test_kv_prefix_is_reused_only_within_the_same_conversation(server):
 
 
 def test_host_allow_list_api_key_and_the_open_health(model, tmp_path):
-    s = Server(model, tmp_path, *FLAGS, "--allow-host", "bmoe.test", env={"BMOE_API_KEY": "k-123"})
+    s = Server(model, tmp_path, *FLAGS, "--allow-host", "bmoe.test", "--max-body-kb", "8",
+               env={"BMOE_API_KEY": "k-123"})
     try:
         h, url = s.http, "/v1/models"
         good = {"Authorization": "Bearer k-123"}
@@ -140,6 +141,8 @@ def test_host_allow_list_api_key_and_the_open_health(model, tmp_path):
             assert r.headers["www-authenticate"] == "Bearer"
         r = h.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
         assert r.status_code == 401
+        r = h.post("/v1/completions", json={"prompt": "x" * 9000, "max_tokens": 1}, headers=good)  # --max-body-kb 8
+        assert r.status_code == 413 and "8 KiB" in r.json()["error"]["message"], r.text
         assert h.get("/health").json()["status"] == "ok" and h.get("/").status_code == 200  # open: probe, page
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="k-123", max_retries=0, timeout=60)
         assert c.completions.create(model="m", prompt="hi", max_tokens=2).usage.completion_tokens == 2

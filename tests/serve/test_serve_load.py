@@ -74,8 +74,7 @@ def _oversized(s: Server, chunked: bool) -> int:
 
 
 def test_load_clients_disconnects_and_oversized_bodies_while_health_answers_fast(model, tmp_path):
-    s = Server(model, tmp_path, "--moe-stream", "--cache-mb", "1", "-c", "2048", "--queue", "3",
-               "--max-body-kb", "256")
+    s = Server(model, tmp_path, "--moe-stream", "--cache-mb", "1", "-c", "2048", "--queue", "3")
     outcomes: list[tuple[str, object]] = []
     lock = threading.Lock()
 
