@@ -166,23 +166,18 @@ def test_listening_beyond_loopback_without_a_key_warns(capfd):
 
 def test_a_disconnected_whole_reply_is_cancelled_within_a_token(server):
     before = server.health()
-    done: list[object] = []
-
-    def client() -> None:
-        try:
-            httpx.post(server.url + "/v1/completions", json=LONG, timeout=1.0)
-        except httpx.TimeoutException as e:  # the client gives up and closes its connection
-            done.append(e)
-
-    t = threading.Thread(target=client)
-    t.start()
-    t.join()
-    gone = time.monotonic()
-    h = _wait(lambda: (x := server.health())["cancelled"] > before["cancelled"] and x, 20)
+    with socket.create_connection((server.host, int(server.port))) as c:  # a whole (not streamed) reply
+        body = json.dumps(LONG).encode()
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert _wait(lambda: server.health()["running_tokens"] >= 20, 30)
+        at_close = server.health()["running_tokens"]
+    gone = time.monotonic()  # the client has gone away, its reply half-made
+    h = _wait(lambda: (x := server.health())["cancelled"] > before["cancelled"] and x, 30)
     took = time.monotonic() - gone
-    assert h, server.health()
-    assert h["last"]["finish"] == "cancelled" and h["last"]["tokens"] < 200 and h["running"] == 0, h
-    assert took < 1.0, f"the generation ran {took:.2f} s after its client left"
+    assert h and h["last"]["finish"] == "cancelled" and h["running"] == 0, server.health()
+    after = h["last"]["tokens"] - at_close
+    assert after <= 5 and took < 1.0, f"{after} tokens ({took:.2f} s) generated after the client left"
 
 
 @pytest.mark.parametrize("body", [
@@ -233,7 +228,10 @@ def test_sigterm_cancels_the_generation_and_exits_in_bounded_time(model, tmp_pat
     t = _start_long(s)
     t0 = time.monotonic()
     s.p.send_signal(signal.SIGTERM)
-    rc = s.p.wait(timeout=60)
+    try:
+        rc = s.p.wait(timeout=60)
+    finally:
+        s.p.kill()
     took = time.monotonic() - t0
     t.join(timeout=10)
     assert rc == 0 and took < 12, (rc, took)  # the server's bound is 10 s plus a token; the rest is interpreter exit
@@ -251,10 +249,13 @@ def test_a_second_signal_exits_now(model, tmp_path):
         time.sleep(1.0)
         assert s.p.poll() is None  # the first signal waits for open connections (up to 5 s)
         t0 = time.monotonic()
-        s.p.send_signal(signal.SIGINT)
-        rc = s.p.wait(timeout=30)
-        assert time.monotonic() - t0 < 1.0 and rc == 128 + signal.SIGINT, rc
-    assert "SIGINT again: exiting now" in s.stderr()
+        s.p.send_signal(signal.SIGTERM)
+        try:
+            rc = s.p.wait(timeout=10)
+        finally:
+            s.p.kill()
+        assert time.monotonic() - t0 < 1.0 and rc == 128 + signal.SIGTERM, rc
+    assert "SIGTERM again: exiting now" in s.stderr()
 
 
 def test_an_engine_failure_exits_non_zero_with_one_line(tmp_path):
@@ -262,7 +263,10 @@ def test_an_engine_failure_exits_non_zero_with_one_line(tmp_path):
     s = Server(m, tmp_path, *FLAGS, "-c", "4096")
     t = _start_long(s)
     os.truncate(m, m.stat().st_size // 3)  # the model file cut under the running server
-    rc = s.p.wait(timeout=60)
+    try:
+        rc = s.p.wait(timeout=60)
+    finally:
+        s.p.kill()
     t.join(timeout=10)
     err = s.stderr()
     assert rc == 3, (rc, err)  # --moe-stream: the truncation is seen by an expert read

@@ -54,14 +54,18 @@ def model(tmp_path_factory) -> Path:
 
 
 def _oversized(s: Server, chunked: bool) -> int:
-    """Sends a 20 MB body (declared, or chunked); the response status (413 expected)."""
-    with socket.create_connection((s.host, int(s.port)), timeout=10) as c:
-        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        c.sendall(head + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: 20000000\r\n\r\n"))
-        piece = b"%x\r\n%s\r\n" % (65536, b"[" * 65536) if chunked else b"[" * 65536
+    """Sends a 20 MB request (a valid one: a 20 MB prompt), its length declared or chunked; the response status."""
+    body = b'{"model": "m", "prompt": "' + b"x" * 20_000_000 + b'", "max_tokens": 2}'
+    pieces = [body[i:i + 65536] for i in range(0, len(body), 65536)]
+    with socket.create_connection((s.host, int(s.port)), timeout=30) as c:
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        c.sendall(head + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else
+                          b"Content-Length: %d\r\n\r\n" % len(body)))
         try:
-            for _ in range(20_000_000 // 65536):
-                c.sendall(piece)
+            for p in pieces:
+                c.sendall(b"%x\r\n%s\r\n" % (len(p), p) if chunked else p)
+            if chunked:
+                c.sendall(b"0\r\n\r\n")
         except OSError:
             pass  # refused and closed: the rest is never sent
         data = b""
@@ -121,7 +125,8 @@ def test_load_clients_disconnects_and_oversized_bodies_while_health_answers_fast
             time.sleep(0.25)
 
     def big(i: int) -> None:
-        note("413" if _oversized(s, chunked=i % 2 == 0) == 413 else "bad", i)
+        status = _oversized(s, chunked=i % 2 == 0)
+        note("413" if status == 413 else "bad", ("oversized", status))
 
     probe = subprocess.Popen([sys.executable, "-c", PROBE, s.host, s.port, str(s.p.pid)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -81,6 +81,7 @@ class Worker:
         self.closing = False
         self.current: Job | None = None
         self.kv_owner: str | None = None  # the conversation whose tokens the KV cache holds
+        self.progress = 0  # tokens generated so far by the running job
         self.thread = threading.Thread(target=self._loop, name="bmoe-serve-worker", daemon=True)
         self.thread.start()
 
@@ -132,8 +133,10 @@ class Worker:
         t0 = time.perf_counter()
         reuse = job.owner is not None and job.owner == self.kv_owner
         self.kv_owner = job.owner  # the cache now holds this request's tokens (or none, after a failure)
+        self.progress = 0
         try:
             for d in self.conv.generate(job.tokens, job.sampling, job.cancel.is_set, reuse=reuse):
+                self.progress += 1
                 job.put(("delta", (d.text, {"step": d.row.step, "token_id": d.row.token_id, **row_telemetry(d.row)})))
         except UserError as e:
             job.put(("error", str(e)))
@@ -186,8 +189,10 @@ def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = l
     @app.get("/health")
     async def health() -> JSONResponse:
         c = worker.counters
-        body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": min(worker.pending, 1),
-                "waiting": max(worker.pending - 1, 0), "capacity": worker.capacity, "served": c.served,
+        running = min(worker.pending, 1)
+        body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": running,
+                "running_tokens": worker.progress if running else 0, "waiting": max(worker.pending - 1, 0),
+                "capacity": worker.capacity, "served": c.served,
                 "cancelled": c.cancelled, "refused": c.refused, "last": c.last, "n_past": len(conv.past)}
         if worker.fatal:
             body["error"] = worker.fatal
