@@ -39,10 +39,15 @@ def waited():
 c, out = http.client.HTTPConnection(host, port, timeout=5), []
 while not done.is_set():
     w0, t0 = waited(), time.perf_counter()
-    c.request("GET", "/health")
-    r = c.getresponse()
-    r.read()
-    out.append((r.status, 1000 * (time.perf_counter() - t0), (waited() - w0) / 1e6))
+    try:
+        c.request("GET", "/health")
+        r = c.getresponse()
+        r.read()
+        status = r.status
+    except OSError:  # no answer within 5 s: recorded as status 0
+        c.close()
+        c, status = http.client.HTTPConnection(host, port, timeout=5), 0
+    out.append((status, 1000 * (time.perf_counter() - t0), (waited() - w0) / 1e6))
     time.sleep(0.05)
 print(json.dumps(out))
 """
