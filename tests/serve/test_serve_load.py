@@ -1,7 +1,7 @@
 """A bounded load test of `bmoe serve` on loopback: concurrent clients (whole and streamed), clients that go away
-mid-reply, and oversized bodies (declared and chunked), all at once, while a probe asks /health every 50 ms and
-each answer must come within 100 ms. Every client is answered (or refused with 503 and Retry-After), nothing is
-left running, and the server stays up."""
+mid-reply, oversized bodies (declared and chunked) and 1 MB prompts just under the limit, all at once, while a
+probe asks /health every 50 ms and each answer must come within 100 ms. Every client is answered (or refused with
+503 and Retry-After), nothing is left running, and the server stays up."""
 
 from __future__ import annotations
 
@@ -129,6 +129,12 @@ def test_load_clients_disconnects_and_oversized_bodies_while_health_answers_fast
             note("refused", i)
             time.sleep(0.25)
 
+    def near_limit(i: int) -> None:  # a 1 MB prompt, just under the 1 MiB limit: read, tokenized, refused
+        r = httpx.post(s.url + "/v1/completions", json={"model": "m", "prompt": "word " * 200_000, "max_tokens": 2},
+                       timeout=60)
+        ok = r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        note("long" if ok else "bad", (r.status_code, r.text[:200]))
+
     def big(i: int) -> None:
         status = _oversized(s, chunked=i % 2 == 0)
         note("413" if status == 413 else "bad", ("oversized", status))
@@ -140,7 +146,8 @@ def test_load_clients_disconnects_and_oversized_bodies_while_health_answers_fast
     give_up = t0 + DEADLINE_S / 2
     threads = ([threading.Thread(target=client, args=(i,)) for i in range(6)]
                + [threading.Thread(target=leaver, args=(i,)) for i in range(3)]
-               + [threading.Thread(target=big, args=(i,)) for i in range(4)])
+               + [threading.Thread(target=big, args=(i,)) for i in range(4)]
+               + [threading.Thread(target=near_limit, args=(i,)) for i in range(2)])
     for t in threads:
         t.start()
     for t in threads:
@@ -162,7 +169,7 @@ def test_load_clients_disconnects_and_oversized_bodies_while_health_answers_fast
               f"{statistics.median(lat_ms):.1f} ms, max {max(lat_ms):.1f} ms, {sum(x >= HEALTH_MS for x in lat_ms)} "
               f">= {HEALTH_MS:g} ms; less the time waiting for a CPU: max {max(own_ms):.1f} ms")
         assert "bad" not in kinds, [v for k, v in outcomes if k == "bad"]
-        assert kinds.count("413") == 4 and kinds.count("left") == 3, outcomes
+        assert kinds.count("413") == 4 and kinds.count("long") == 2 and kinds.count("left") == 3, outcomes
         assert kinds.count("ok") == 12, outcomes  # 6 clients x 2, each answered in the end
         assert h["running"] == 0 and h["waiting"] == 0 and h["status"] == "ok", h
         assert h["cancelled"] >= 1, h

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,7 @@ def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = l
     worker = Worker(conv, 1 + flags.queue, on_fatal)
     model_id = flags.model_name or os.path.basename(engine.cfg.model).removesuffix(".gguf")
     started = int(time.time())
+    prep = ThreadPoolExecutor(1, thread_name_prefix="bmoe-serve-prompt")  # templates and tokenizes, one at a time
     app = FastAPI(title="bmoe", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker = worker
 
@@ -214,13 +216,17 @@ def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = l
         problem = req.unsupported()
         if problem:
             return _err(400, problem, code="unsupported")
-        try:
+        def prepare() -> tuple[Sampling, list[int]]:
             sp = sampling_of(engine.cfg, **req.sampling())
             if isinstance(req, ChatRequest):
                 tokens = conv.prompt_tokens(messages=req.history())
             else:
                 tokens = conv.prompt_tokens(prompt=req.prompt)
             conv.check_fits(tokens, sp.n_predict)
+            return sp, tokens
+
+        try:  # off the event loop: a long prompt takes a while to tokenize (0.5 s for 1 MB), /health answers
+            sp, tokens = await asyncio.get_running_loop().run_in_executor(prep, prepare)
         except UserError as e:
             code = "context_length_exceeded" if "exceeds the context" in str(e) else "invalid_value"
             return _err(400, str(e), code=code)
