@@ -195,7 +195,7 @@ def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = l
         body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": running,
                 "running_tokens": worker.progress if running else 0, "waiting": max(worker.pending - 1, 0),
                 "capacity": worker.capacity, "served": c.served,
-                "cancelled": c.cancelled, "refused": c.refused, "last": c.last, "n_past": len(conv.past)}
+                "cancelled": c.cancelled, "refused": c.refused, "last": c.last}
         if worker.fatal:
             body["error"] = worker.fatal
         return JSONResponse(body, status_code=500 if worker.fatal else 200)
