@@ -69,7 +69,7 @@ def test_chat_page_with_an_api_key_asks_for_it_and_then_chats(model, tmp_path):
     b = Browser(exe)
     try:
         b.open(s.url + "/")
-        b.wait("document.getElementById('model').textContent.includes('needs an API key')")
+        b.wait("document.getElementById('model')?.textContent.includes('needs an API key')")
         b.js("const k = document.getElementById('key'); k.value = 'page-key-9'; "
              "k.dispatchEvent(new Event('change'))")
         b.wait("document.getElementById('model').textContent.startsWith('m ')")
