@@ -175,10 +175,11 @@ def test_listening_beyond_loopback_without_a_key_warns(capfd):
     assert capfd.readouterr().err == ""
 
 
-def test_a_disconnected_whole_reply_is_cancelled_within_a_token(server):
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_client_that_goes_away_is_cancelled_within_a_token(server, stream):
     before = server.health()
-    with socket.create_connection((server.host, int(server.port))) as c:  # a whole (not streamed) reply
-        body = json.dumps(LONG).encode()
+    with socket.create_connection((server.host, int(server.port))) as c:
+        body = json.dumps({**LONG, "stream": stream}).encode()
         c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         assert _wait(lambda: server.health()["running_tokens"] >= 20, 30)
@@ -188,7 +189,8 @@ def test_a_disconnected_whole_reply_is_cancelled_within_a_token(server):
     took = time.monotonic() - gone
     assert h and h["last"]["finish"] == "cancelled" and h["running"] == 0, server.health()
     after = h["last"]["tokens"] - at_close
-    print(f"\ndisconnect: {after} tokens and {took:.2f} s after the client left (of {h['last']['tokens']})")
+    print(f"\ndisconnect ({'streamed' if stream else 'whole'}): {after} tokens and {took:.2f} s after the client "
+          f"left (of {h['last']['tokens']})")
     assert after <= 5 and took < 1.0, f"{after} tokens ({took:.2f} s) generated after the client left"
 
 
