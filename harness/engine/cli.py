@@ -67,6 +67,11 @@ def run(argv: list[str]) -> int:
     from harness.engine.io import lazymap
     from harness.engine.io.faults import Faults
 
+    sock = None
+    if sub == "serve":  # before the slow load: a port in use or a bad --host is refused at once
+        from harness.engine.serve.process import listen
+
+        sock = listen(serve_flags)
     items = None
     if cfg.prompts_file:  # read before the slow load: a bad file is refused at once
         from harness.formats.replies import read_prompts
@@ -94,9 +99,9 @@ def run(argv: list[str]) -> int:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # the chat handles Ctrl-C itself
             return chat(engine)
         if sub == "serve":
-            from harness.engine.serve.server import serve
+            from harness.engine.serve.process import serve
 
-            return serve(engine, serve_flags)
+            return serve(engine, serve_flags, sock)
         if cfg.prompts_file:
             res = _run_prompts(engine, cfg, items, interrupt)
         else:

@@ -122,11 +122,12 @@ def test_full_queue_is_503_and_a_disconnect_cancels(model, tmp_path):
         assert h["running"] == 0 and h["refused"] == 1
         ok = s.http.post("/v1/completions", json={"model": "m", "prompt": "go on", "max_tokens": 2})
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
-        # this server keeps the KV prefix (the default): a chat's next turn reuses the one before
+        # this server keeps the KV prefix (the default): a conversation's next turn reuses the one before
         msgs = [{"role": "user", "content": "Hi"}]
-        one = s.http.post("/v1/chat/completions", json={"model": "m", "messages": msgs, "max_tokens": 4}).json()
+        conv = {"model": "m", "max_tokens": 4, "user": "conversation-1"}
+        one = s.http.post("/v1/chat/completions", json={**conv, "messages": msgs}).json()
         msgs += [one["choices"][0]["message"], {"role": "user", "content": "Again"}]
-        two = s.http.post("/v1/chat/completions", json={"model": "m", "messages": msgs, "max_tokens": 4}).json()
+        two = s.http.post("/v1/chat/completions", json={**conv, "messages": msgs}).json()
         cached = two["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert one["usage"]["prompt_tokens"] <= cached < two["usage"]["prompt_tokens"], two["usage"]
     finally:

@@ -59,3 +59,28 @@ def test_chat_page_renders_streams_a_reply_and_shows_tok_s(model, tmp_path):
         b.close()
         assert s.stop() == 0
     assert reply
+
+
+def test_chat_page_with_an_api_key_asks_for_it_and_then_chats(model, tmp_path):
+    exe = chromium()
+    if exe is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium; .ci/run installs it)")
+    s = Server(model, tmp_path, "--moe-stream", "--cache-mb", "1", "-n", "8", env={"BMOE_API_KEY": "page-key-9"})
+    b = Browser(exe)
+    try:
+        b.open(s.url + "/")
+        b.wait("document.getElementById('model')?.textContent.includes('needs an API key')")
+        b.js("const k = document.getElementById('key'); k.value = 'page-key-9'; "
+             "k.dispatchEvent(new Event('change'))")
+        b.wait("document.getElementById('model').textContent.startsWith('m ')")
+        for text in ("Hello there.", "And again."):  # two turns: the second reuses the first's KV prefix
+            b.js(f"document.getElementById('prompt').value = {text!r}")
+            b.js("document.getElementById('send').click()")
+            b.wait("document.getElementById('status').textContent.startsWith('done')", timeout=60)
+            b.wait("!document.getElementById('send').disabled")
+        assert b.js("document.getElementById('status').textContent") == "done: 8 tokens (length)"
+        reused, prompt = b.js("document.getElementById('t-reused').textContent").split(" / ")
+        assert 0 < int(reused) < int(prompt)
+    finally:
+        b.close()
+        assert s.stop() == 0

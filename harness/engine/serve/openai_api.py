@@ -2,7 +2,9 @@
 objects, error objects. Pure: no engine, no I/O.
 
 Fields bmoe honours: model, messages (chat) or prompt (completions, a string), max_tokens (or
-max_completion_tokens), temperature, top_p, seed, stream, and top_k (an extension). Absent sampling fields take
+max_completion_tokens), temperature, top_p, seed, stream, top_k (an extension), and user: the conversation, the
+only one whose KV prefix a request may reuse (harness.engine.serve.server). Text that is not Unicode (a lone
+surrogate such as "\ud800", which JSON can spell) is refused with a 400 naming the field. Absent sampling fields take
 the engine flags' values (`--temp 0`, greedy, by default; OpenAI's own default temperature is 1). `n` must be 1;
 `stop`, penalties, logprobs and tools are not supported and are refused when set, so that a client never
 silently gets something other than what it asked for. Every response carries `usage`, and a `bmoe` object with
@@ -13,17 +15,38 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from harness.engine.serve.turns import TurnResult
+
+
+def unicode_text(v: Any) -> Any:
+    """`v` (a string, or the strings in a list or dict) unchanged if it is Unicode text; ValueError otherwise."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"not Unicode text: a lone surrogate {v[e.start]!r} at character {e.start}; send the "
+                             "text as UTF-8") from None
+    elif isinstance(v, list | tuple):
+        for x in v:
+            unicode_text(x)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            unicode_text(k)
+            unicode_text(x)
+    return v
+
+
+Text = Annotated[str, AfterValidator(unicode_text)]
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[dict[str, Any]]
+    content: Annotated[str | list[dict[str, Any]], AfterValidator(unicode_text)]
 
     def text(self) -> str:
         if isinstance(self.content, str):
@@ -33,7 +56,8 @@ class Message(BaseModel):
 
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str = ""
+    model: Text = ""
+    user: Text | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -70,7 +94,7 @@ class ChatRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: str
+    prompt: Text
 
 
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}

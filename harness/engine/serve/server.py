@@ -2,10 +2,16 @@
 
 One model, one context: a single worker thread generates, one request at a time; the others wait in a bounded
 queue (`--queue`, behind the one being answered), and a request that finds it full gets 503 with Retry-After.
-A client that disconnects cancels its generation (checked between tokens) or, still queued, is dropped before it
-starts. Bad JSON, a bad field, an unknown model or a prompt longer than the context get a 4xx JSON error object.
-Binds to 127.0.0.1 unless --host says otherwise. Endpoints: POST /v1/chat/completions and /v1/completions
-(SSE streaming with `stream: true`), GET /v1/models, GET /health, and the chat page at / (harness/engine/serve/web/).
+A client that disconnects, streaming or not, cancels its generation at the next token (its connection is watched
+while it waits) or, still queued, is dropped before it starts. Bad JSON, a bad field, text that is not Unicode, an
+unknown model or a prompt longer than the context get a 4xx JSON error object; anything else a JSON 500.
+The KV prefix is reused only for the same conversation: a request whose `user` names the conversation whose tokens
+the cache holds (the chat page sends a random one per page); any other request starts from an empty cache, so no
+client can learn another's prompt from `cached_tokens` or from its prefill time.
+After an engine failure the worker refuses all further work and the server exits (harness.engine.serve.process).
+Endpoints: POST /v1/chat/completions and /v1/completions (SSE streaming with `stream: true`), GET /v1/models,
+GET /health, and the chat page at / (harness/engine/serve/web/); the request checks in front of them (Host,
+API key, body size) are harness.engine.serve.guard.
 """
 
 from __future__ import annotations
@@ -15,11 +21,10 @@ import json
 import math
 import os
 import queue
-import signal
-import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,7 @@ class Job:
     tokens: list[int]
     sampling: Sampling
     loop: asyncio.AbstractEventLoop
+    owner: str | None = None  # the conversation (the request's `user`); None: no KV reuse either way
     out: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -64,7 +70,7 @@ class Counters:
 class Worker:
     """The one thread that touches the engine."""
 
-    def __init__(self, conv: Conversation, capacity: int):
+    def __init__(self, conv: Conversation, capacity: int, on_fatal: Callable[[], None] = lambda: None):
         self.conv = conv
         self.capacity = capacity  # the running job plus the waiting ones
         self.jobs: queue.Queue[Job | None] = queue.Queue()
@@ -72,27 +78,36 @@ class Worker:
         self.lock = threading.Lock()
         self.counters = Counters()
         self.fatal: str | None = None
+        self.on_fatal = on_fatal  # called once, on the worker thread, after an engine failure
         self.closing = False
         self.current: Job | None = None
+        self.kv_owner: str | None = None  # the conversation whose tokens the KV cache holds
+        self.progress = 0  # tokens generated so far by the running job
         self.thread = threading.Thread(target=self._loop, name="bmoe-serve-worker", daemon=True)
         self.thread.start()
 
     def submit(self, job: Job) -> bool:
         with self.lock:
-            if self.pending >= self.capacity or self.fatal:
+            if self.pending >= self.capacity or self.fatal or self.closing:
                 self.counters.refused += 1
                 return False
             self.pending += 1
         self.jobs.put(job)
         return True
 
-    def stop(self) -> None:
-        """Cancel the running job and the waiting ones, end the thread."""
+    def close(self) -> None:
+        """Cancel the running job and drop the waiting ones (each is answered 503); safe from a signal handler."""
         self.closing = True
-        if self.current:
-            self.current.cancel.set()
+        job = self.current
+        if job:
+            job.cancel.set()
         self.jobs.put(None)
-        self.thread.join(timeout=60)
+
+    def stop(self, timeout: float) -> bool:
+        """close(), then wait for the thread; False if it is still generating after `timeout` seconds."""
+        self.close()
+        self.thread.join(timeout=timeout)
+        return not self.thread.is_alive()
 
     def _loop(self) -> None:
         while (job := self.jobs.get()) is not None:
@@ -103,24 +118,35 @@ class Worker:
                 self.current = None
                 with self.lock:
                     self.pending -= 1
+        while not self.jobs.empty():  # the ones queued behind the end
+            if (job := self.jobs.get_nowait()) is not None:
+                job.put(("closing", None))
 
     def _run(self, job: Job) -> None:
         c = self.counters
-        if job.cancel.is_set() or self.closing:  # its client went away while it waited
+        if self.fatal or self.closing:
+            job.put(("closing", None))
+            return
+        if job.cancel.is_set():  # its client went away while it waited
             c.cancelled += 1
             job.put(("cancelled", None))
             return
         t0 = time.perf_counter()
+        reuse = job.owner is not None and job.owner == self.kv_owner
+        self.kv_owner = job.owner  # the cache now holds this request's tokens (or none, after a failure)
+        self.progress = 0
         try:
-            for d in self.conv.generate(job.tokens, job.sampling, job.cancel.is_set):
+            for d in self.conv.generate(job.tokens, job.sampling, job.cancel.is_set, reuse=reuse):
+                self.progress += 1
                 job.put(("delta", (d.text, {"step": d.row.step, "token_id": d.row.token_id, **row_telemetry(d.row)})))
         except UserError as e:
             job.put(("error", str(e)))
             return
-        except Exception as e:  # noqa: BLE001 - an engine failure: this request fails, the server says so
+        except Exception as e:  # noqa: BLE001 - an engine failure: this request fails, the server exits
             c.failed += 1
             self.fatal = f"{type(e).__name__}: {e}"
             job.put(("error", f"engine failure: {self.fatal}"))
+            self.on_fatal()
             return
         res = self.conv.last
         assert res is not None
@@ -128,7 +154,7 @@ class Worker:
         c.served += res.finish != "cancelled"
         c.mean_s = 0.8 * c.mean_s + 0.2 * (time.perf_counter() - t0)
         c.last = {"finish": res.finish, "tokens": len(res.tokens), "n_reused": res.n_reused}
-        job.put(("done", res))
+        job.put(("closing" if res.finish == "cancelled" and self.closing else "done", res))
 
 
 def _err(status: int, message: str, type_: str = "invalid_request_error", code: str | None = None,
@@ -136,11 +162,12 @@ def _err(status: int, message: str, type_: str = "invalid_request_error", code: 
     return JSONResponse(error_body(message, type_, code), status_code=status, headers=headers)
 
 
-def make_app(engine: Engine, flags: ServeFlags) -> FastAPI:
+def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = lambda: None) -> FastAPI:
     conv = Conversation(engine)
-    worker = Worker(conv, 1 + flags.queue)
+    worker = Worker(conv, 1 + flags.queue, on_fatal)
     model_id = flags.model_name or os.path.basename(engine.cfg.model).removesuffix(".gguf")
     started = int(time.time())
+    prep = ThreadPoolExecutor(1, thread_name_prefix="bmoe-serve-prompt")  # templates and tokenizes, one at a time
     app = FastAPI(title="bmoe", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker = worker
 
@@ -157,12 +184,18 @@ def make_app(engine: Engine, flags: ServeFlags) -> FastAPI:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _err(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None)
 
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:  # the guard logs it in one line
+        return _err(500, f"internal error: {type(exc).__name__}", "server_error", "internal_error")
+
     @app.get("/health")
     async def health() -> JSONResponse:
         c = worker.counters
-        body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": min(worker.pending, 1),
-                "waiting": max(worker.pending - 1, 0), "capacity": worker.capacity, "served": c.served,
-                "cancelled": c.cancelled, "refused": c.refused, "last": c.last, "n_past": len(conv.past)}
+        running = min(worker.pending, 1)
+        body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": running,
+                "running_tokens": worker.progress if running else 0, "waiting": max(worker.pending - 1, 0),
+                "capacity": worker.capacity, "served": c.served,
+                "cancelled": c.cancelled, "refused": c.refused, "last": c.last}
         if worker.fatal:
             body["error"] = worker.fatal
         return JSONResponse(body, status_code=500 if worker.fatal else 200)
@@ -183,17 +216,23 @@ def make_app(engine: Engine, flags: ServeFlags) -> FastAPI:
         problem = req.unsupported()
         if problem:
             return _err(400, problem, code="unsupported")
-        try:
+        def prepare() -> tuple[Sampling, list[int]]:
             sp = sampling_of(engine.cfg, **req.sampling())
             if isinstance(req, ChatRequest):
                 tokens = conv.prompt_tokens(messages=req.history())
             else:
                 tokens = conv.prompt_tokens(prompt=req.prompt)
             conv.check_fits(tokens, sp.n_predict)
+            return sp, tokens
+
+        try:  # off the event loop: a long prompt takes a while to tokenize (0.5 s for 1 MB), /health answers
+            sp, tokens = await asyncio.get_running_loop().run_in_executor(prep, prepare)
         except UserError as e:
             code = "context_length_exceeded" if "exceeds the context" in str(e) else "invalid_value"
             return _err(400, str(e), code=code)
-        job = Job(tokens, sp, asyncio.get_running_loop())
+        job = Job(tokens, sp, asyncio.get_running_loop(), req.user or None)
+        if worker.closing or worker.fatal:
+            return _closing()
         if not worker.submit(job):
             wait = max(1, math.ceil(worker.counters.mean_s * worker.capacity))
             return _err(503, f"busy: {worker.capacity} request(s) already running or queued; retry later",
@@ -215,20 +254,23 @@ def make_app(engine: Engine, flags: ServeFlags) -> FastAPI:
     return app
 
 
-async def _next(request: Request, job: Job) -> tuple[str, Any]:
-    """The job's next item; cancels the job when the client has gone away meanwhile."""
-    while True:
-        try:
-            return await asyncio.wait_for(job.out.get(), timeout=0.25)
-        except TimeoutError:
-            if await request.is_disconnected():
-                job.cancel.set()
+def _closing() -> JSONResponse:
+    return _err(503, "the server is shutting down; retry later (against its restart)", "server_busy",
+                "shutting_down", headers={"Retry-After": "5"})
+
+
+async def _watch(request: Request, job: Job) -> None:
+    """Cancels the job the moment its client goes away (the body is read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    job.cancel.set()
 
 
 async def _whole(request: Request, job: Job, ids: Ids) -> JSONResponse:
+    watch = asyncio.create_task(_watch(request, job))
     try:
         while True:
-            kind, val = await _next(request, job)
+            kind, val = await job.out.get()
             if kind == "done":
                 return JSONResponse(ids.whole(val))
             if kind == "error":
@@ -236,7 +278,10 @@ async def _whole(request: Request, job: Job, ids: Ids) -> JSONResponse:
                             "server_error" if val.startswith("engine failure") else "invalid_request_error")
             if kind == "cancelled":
                 return _err(499, "cancelled: the client went away", code="cancelled")
+            if kind == "closing":
+                return _closing()
     finally:
+        watch.cancel()
         job.cancel.set()  # a no-op once done; stops the generation if this handler was cancelled
 
 
@@ -245,11 +290,12 @@ def _data(obj: dict[str, Any]) -> str:
 
 
 async def _sse(request: Request, job: Job, ids: Ids) -> AsyncIterator[str]:
+    watch = asyncio.create_task(_watch(request, job))
     try:
         yield _data(ids.chunk("" if not ids.chat else None, role=True))
         sent = 0
         while True:
-            kind, val = await _next(request, job)
+            kind, val = await job.out.get()
             if kind == "delta":
                 text, tele = val
                 sent += len(text)
@@ -262,41 +308,13 @@ async def _sse(request: Request, job: Job, ids: Ids) -> AsyncIterator[str]:
                 yield _data(ids.usage_chunk(res))
                 yield "data: [DONE]\n\n"
                 return
-            elif kind == "error":
-                yield _data(error_body(val, "server_error"))
+            elif kind in ("error", "closing"):
+                msg = val if kind == "error" else "the server is shutting down; retry later"
+                yield _data(error_body(msg, "server_error"))
                 yield "data: [DONE]\n\n"
                 return
             else:
                 return
     finally:
+        watch.cancel()
         job.cancel.set()  # the client went away (or the stream ended): stop generating for it
-
-
-def serve(engine: Engine, flags: ServeFlags) -> int:
-    import uvicorn
-
-    app = make_app(engine, flags)
-    config = uvicorn.Config(app, host=flags.host, port=flags.port, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
-
-    async def main() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            host, port = server.servers[0].sockets[0].getsockname()[:2]
-            sys.stderr.write(f"bmoe: serving {os.path.basename(engine.cfg.model)} on http://{host}:{port} "
-                             f"(queue {flags.queue}; Ctrl-C stops)\n")
-            sys.stderr.flush()
-        await task
-
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal under the handler it found:
-    # a handler that does nothing here makes that a clean exit (status 0, the engine closed by the caller)
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    try:
-        asyncio.run(main())
-    finally:
-        app.state.worker.stop()  # before the engine closes: the worker may be mid-generation
-    if not server.started:
-        raise UserError(f"bmoe serve: could not listen on {flags.host}:{flags.port} (in use, or not an address here)")
-    return 0

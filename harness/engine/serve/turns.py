@@ -137,10 +137,11 @@ class Conversation:
             raise UserError(f"prompt ({len(tokens)} tokens) + {n_predict} tokens to generate exceeds the context "
                             f"of {self.n_ctx} tokens; shorten the prompt, lower max_tokens or raise -c")
 
-    def reusable(self, tokens: list[int]) -> int:
+    def reusable(self, tokens: list[int], reuse: bool = True) -> int:
         """How many of the prompt's tokens are already in the KV cache (at least one is always decoded: the
-        first token is sampled from its logits); 0 with --no-kv-reuse."""
-        if not self.engine.cfg.kv_reuse:
+        first token is sampled from its logits); 0 with --no-kv-reuse or `reuse` False (the server's request
+        from another conversation than the cache's)."""
+        if not (reuse and self.engine.cfg.kv_reuse):
             return 0
         return max(0, min(common_prefix(self.past, tokens), len(tokens) - 1))
 
@@ -150,13 +151,15 @@ class Conversation:
             n = self.sess.keep_prefix(n)
             del self.past[n:]
 
-    def generate(self, tokens: list[int], sp: Sampling, cancel: Callable[[], bool] = lambda: False) -> Iterator[Delta]:
-        """One turn; `self.last` holds its result once the generator is exhausted (or closed)."""
+    def generate(self, tokens: list[int], sp: Sampling, cancel: Callable[[], bool] = lambda: False,
+                 reuse: bool = True) -> Iterator[Delta]:
+        """One turn; `self.last` holds its result once the generator is exhausted (or closed). With `reuse`
+        False the KV cache is emptied first: nothing of what it held shapes this turn."""
         self.check_fits(tokens, sp.n_predict)
         sess = self.sess
         res = TurnResult(turn=self.turn, n_prompt=len(tokens))
         self.last = res
-        self._keep(self.reusable(tokens))
+        self._keep(self.reusable(tokens, reuse))
         res.n_reused = len(self.past)
         dec = codecs.getincrementaldecoder("utf-8")("replace")
         loop = TokenLoop(sess, self.engine.parts, sp, tokens, turn=self.turn, reused=res.n_reused, cancel=cancel)
