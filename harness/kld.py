@@ -30,26 +30,40 @@ KLD_PERCENTILES = (99.9, 99.0, 95.0, 90.0, 10.0, 5.0, 1.0, 0.1)
 DP_PERCENTILES = (99.9, 99.0, 95.0, 90.0, 75.0, 25.0, 10.0, 5.0, 1.0, 0.1)
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Rows of logits (float32) -> natural log-probabilities (float64), max-shifted as perplexity.cpp does."""
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-
-
 def _f32(x: np.ndarray) -> np.ndarray:
     """The one rounding both sides go through: float64 -> float32 -> float64."""
     return np.asarray(x, dtype=np.float32).astype(np.float64)
 
 
-def _tail_lp(lp: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """log of the probability mass outside `ids` per row (-inf when ids cover the vocabulary)."""
-    if ids.shape[1] >= lp.shape[1]:
-        return np.full(lp.shape[0], -np.inf)
-    rest = lp.copy()
-    np.put_along_axis(rest, ids, -np.inf, axis=1)
-    m = rest.max(axis=1, keepdims=True)
-    return (m + np.log(np.exp(rest - m).sum(axis=1, keepdims=True)))[:, 0]
+@dataclass
+class _Norm:
+    """One pass over rows of logits, as perplexity.cpp's log_softmax: x (n, V) float32, e = expf(x - max) (float32),
+    s = their sum in double, lse = max + log(s): log p_i = x_i - lse."""
+
+    x: np.ndarray
+    e: np.ndarray
+    s: np.ndarray
+    lse: np.ndarray
+
+    @classmethod
+    def of(cls, logits: np.ndarray) -> _Norm:
+        x = np.asarray(logits, dtype=np.float32)
+        m = x.max(axis=1)
+        e = np.exp(x - m[:, None])
+        s = e.sum(axis=1, dtype=np.float64)
+        return cls(x, e, s, m.astype(np.float64) + np.log(s))
+
+    def lp_at(self, ids: np.ndarray) -> np.ndarray:
+        """log p of ids (n, K) per row, float64."""
+        return np.take_along_axis(self.x, ids, axis=1).astype(np.float64) - self.lse[:, None]
+
+    def tail_lp(self, ids: np.ndarray) -> np.ndarray:
+        """log of the mass outside ids per row (-inf when ids leave none: the whole vocabulary, or rounding)."""
+        if ids.shape[1] >= self.x.shape[1]:
+            return np.full(self.x.shape[0], -np.inf)
+        rest = self.s - np.take_along_axis(self.e, ids, axis=1).sum(axis=1, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(rest > 0, np.log(np.maximum(rest, 0.0) / self.s), -np.inf)
 
 
 @dataclass
@@ -67,22 +81,18 @@ class Compact:
 
 
 def compact(logits: np.ndarray, next_tokens: np.ndarray, k: int) -> Compact:
-    """Rows of logits (n, V) and the token following each row -> the compact form with the top k (k >= V: all,
-    in descending order; ties by lower id, so the first is llama.cpp's argmax)."""
-    lp = log_softmax(logits)
-    n, v = lp.shape
+    """Rows of logits (n, V) and the token following each row -> the compact form with the top k (k >= V: all),
+    most probable first, ties by lower id (so the first is llama.cpp's argmax, the first maximum)."""
+    nm = _Norm.of(logits)
+    n, v = nm.x.shape
     k = min(k, v)
-    if k < v:
-        part = np.argpartition(-lp, k - 1, axis=1)[:, :k]
-    else:
-        part = np.broadcast_to(np.arange(v), (n, v))
-    sel = np.take_along_axis(lp, part, axis=1)
-    order = np.lexsort((part, -sel), axis=1)  # by descending lp, then ascending id
-    ids = np.take_along_axis(part, order, axis=1).astype(np.int32)
-    nxt = np.asarray(next_tokens, dtype=np.int64)
-    return Compact(ids=ids, lp=np.take_along_axis(lp, ids.astype(np.int64), axis=1).astype(np.float32),
-                   tail_lp=_tail_lp(lp, ids.astype(np.int64)).astype(np.float32),
-                   next_lp=lp[np.arange(n), nxt].astype(np.float32))
+    part = np.argpartition(nm.x, v - k, axis=1)[:, v - k:] if k < v else np.broadcast_to(np.arange(v), (n, v))
+    sel = np.take_along_axis(nm.x, part, axis=1)
+    order = np.lexsort((part, -sel), axis=1)  # by descending logit, then ascending id
+    ids = np.take_along_axis(part, order, axis=1).astype(np.int64)
+    nxt = np.asarray(next_tokens, dtype=np.int64)[:, None]
+    return Compact(ids=ids.astype(np.int32), lp=nm.lp_at(ids).astype(np.float32),
+                   tail_lp=nm.tail_lp(ids).astype(np.float32), next_lp=nm.lp_at(nxt)[:, 0].astype(np.float32))
 
 
 @dataclass
@@ -98,21 +108,23 @@ class Against:
 
 def against(ref: Compact, logits: np.ndarray, next_tokens: np.ndarray) -> Against:
     """The run's rows of logits (n, V) scored against the reference's compact rows for the same positions."""
-    lq = log_softmax(logits)
-    n = lq.shape[0]
+    nm = _Norm.of(logits)
+    n = nm.x.shape[0]
     if len(ref) != n:
         raise ValueError(f"{len(ref)} reference rows against {n} run rows")
     ids = ref.ids.astype(np.int64)
-    lp_ref, lq_sel = ref.lp.astype(np.float64), _f32(np.take_along_axis(lq, ids, axis=1))
-    kld = (np.exp(lp_ref) * (lp_ref - lq_sel)).sum(axis=1)
+    lp_ref, lq = ref.lp.astype(np.float64), _f32(nm.lp_at(ids))
+    kld = (np.exp(lp_ref) * (lp_ref - lq)).sum(axis=1)
     tail_ref = ref.tail_lp.astype(np.float64)
     has_tail = np.isfinite(tail_ref)
     if has_tail.any():
-        tail_run = _f32(_tail_lp(lq, ids))
-        kld = kld + np.where(has_tail, np.exp(tail_ref) * (tail_ref - np.where(has_tail, tail_run, 0.0)), 0.0)
-    run_top = np.asarray(logits).argmax(axis=1)
-    nxt = np.asarray(next_tokens, dtype=np.int64)
-    dp = np.exp(_f32(lq[np.arange(n), nxt])) - np.exp(ref.next_lp.astype(np.float64))
+        tail_run = _f32(nm.tail_lp(ids))
+        with np.errstate(invalid="ignore"):
+            term = np.exp(tail_ref) * (tail_ref - tail_run)
+        kld = kld + np.where(has_tail, term, 0.0)
+    run_top = nm.x.argmax(axis=1)
+    nxt = np.asarray(next_tokens, dtype=np.int64)[:, None]
+    dp = np.exp(_f32(nm.lp_at(nxt)[:, 0])) - np.exp(ref.next_lp.astype(np.float64))
     return Against(kld=kld, same_top=run_top == ref.ids[:, 0], dp=dp, run_top=run_top)
 
 
