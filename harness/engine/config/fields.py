@@ -145,6 +145,8 @@ class EngineConfig:
     fidelity_top_k: int = opt(FIDELITY_TOP_K, "--fidelity-top-k", metavar="K", lo=0,
                               help="with --fidelity-ref: keep each position's K most probable tokens and the rest's "
                               "mass as one outcome (0 = the whole vocabulary: exact, 8 bytes per token per position)")
+    fidelity_chunks: int = opt(0, "--fidelity-chunks", metavar="N", lo=0,
+                               help="with --fidelity-ref: score the text's first N chunks (0 = every whole chunk)")
     fidelity_against: str | None = opt(None, "--fidelity-against", metavar="REF",
                                        help="score the tokens of a --fidelity-ref file with this run's knobs instead "
                                        "of generating (its context size and chunks) and print KLD(ref||run), "

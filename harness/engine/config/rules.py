@@ -144,8 +144,9 @@ def _guess_rules(cfg: EngineConfig) -> str | None:
 def _fidelity_rules(cfg: EngineConfig) -> str | None:
     if cfg.fidelity_csv is not None and cfg.fidelity_against is None:
         return "bmoe: --fidelity-csv writes the figures of a --fidelity-against run: add --fidelity-against REF"
-    if _given(cfg, "fidelity_top_k") and cfg.fidelity_ref is None:
-        return "bmoe: --fidelity-top-k sets what a --fidelity-ref file keeps: add --fidelity-ref OUT"
+    for name, flag in (("fidelity_top_k", "--fidelity-top-k"), ("fidelity_chunks", "--fidelity-chunks")):
+        if _given(cfg, name) and cfg.fidelity_ref is None:
+            return f"bmoe: {flag} sets what a --fidelity-ref file holds: add --fidelity-ref OUT"
     if cfg.fidelity_ref is None and cfg.fidelity_against is None:
         return None
     if cfg.fidelity_ref is not None and cfg.fidelity_against is not None:

@@ -35,22 +35,25 @@ class FidelityRun:
     ctx: int
     decode_s: float
     total_s: float
-    read_mib: float
+    read_mib: float | None  # None: no hook (the plain mmap run)
     stats: kld.FidelityStats | None = None
 
     def lines(self) -> list[str]:
         out = [f"bmoe: scored {self.positions} positions in {self.n_chunk} chunks of {self.ctx} tokens: "
                f"{self.total_s * 1e3:.0f} ms ({self.decode_s * 1e3:.0f} ms in llama_decode, scoring overhead "
-               f"{self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x), "
-               f"{self.read_mib:.2f} MiB read by the hook"]
+               f"{self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x)"
+               + (f", {self.read_mib:.2f} MiB of experts read" if self.read_mib is not None else "")]
         if self.stats is not None:
             out.append(self.stats.line())
         return out
 
 
-def chunked(tokens: list[int], ctx: int, what: str) -> np.ndarray:
-    """The tokens as whole chunks of ctx (n_chunk, ctx); the rest of the text is not scored (as llama.cpp)."""
+def chunked(tokens: list[int], ctx: int, what: str, most: int = 0) -> np.ndarray:
+    """The tokens as whole chunks of ctx (n_chunk, ctx), at most `most` of them (0: all); the rest of the text is not
+    scored (as llama.cpp)."""
     n_chunk = len(tokens) // ctx
+    if most:
+        n_chunk = min(n_chunk, most)
     if n_chunk < 1:
         raise UserError(f"{what}: the text is {len(tokens)} tokens, less than one chunk of -c {ctx}; give a longer "
                         "text or a smaller -c")
@@ -81,7 +84,7 @@ def _chunks(engine: Engine, tokens: np.ndarray, first: int, bos: int, timing: li
 def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
     """`--fidelity-ref OUT`: score the -p text and write the reference (harness.formats.fidelity)."""
     sess, cfg = engine.session, engine.cfg
-    tokens = chunked(sess.tokenize(sess.prompt_text()), cfg.ctx, f"--fidelity-ref {out}")
+    tokens = chunked(sess.tokenize(sess.prompt_text()), cfg.ctx, f"--fidelity-ref {out}", cfg.fidelity_chunks)
     ctx, first, bos = cfg.ctx, cfg.ctx // 2, sess.bos_to_add()
     header = {"format_note": "natural log-probabilities; see harness/formats/fidelity.py", "engine": "bmoe",
               "engine_version": __version__, "arch": engine.layout.arch, "model_file": cfg.model,
@@ -101,7 +104,8 @@ def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
         raise
     w.close()
     n = tokens.shape[0] * scored_per_chunk(ctx, first)
-    return FidelityRun(n, int(tokens.shape[0]), ctx, timing[0], time.perf_counter() - t0, timing[1] / MIB)
+    return FidelityRun(n, int(tokens.shape[0]), ctx, timing[0], time.perf_counter() - t0,
+                       timing[1] / MIB if sess.hook else None)
 
 
 def check_ref(ref: RefFile, n_vocab: int) -> None:
@@ -145,4 +149,5 @@ def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> Fideli
     allp = kld.Against(*(np.concatenate([getattr(a, f) for a in parts])
                          for f in ("kld", "same_top", "dp", "run_top")))
     n_chunk = int(ref.tokens.shape[0])
-    return FidelityRun(len(allp.kld), n_chunk, ctx, timing[0], total, timing[1] / MIB, kld.summarize(allp))
+    return FidelityRun(len(allp.kld), n_chunk, ctx, timing[0], total, timing[1] / MIB if sess.hook else None,
+                       kld.summarize(allp))
