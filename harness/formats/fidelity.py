@@ -128,7 +128,8 @@ def _read_ref(path: str | Path, header_only: bool) -> RefFile:
     try:
         data = Path(path).read_bytes()
     except OSError as e:
-        raise UserError(f"{what}: cannot read it ({e.strerror}); give a reference written by bmoe --fidelity-ref")
+        raise UserError(f"{what}: cannot read it ({e.strerror}); give a reference written by "
+                        "bmoe --fidelity-ref") from None
     lines = data.split(b"\n", 2)
     first = lines[0].decode("utf-8", "replace")
     if len(lines) < 3 or not first.startswith(f"# {REF_FORMAT} v"):

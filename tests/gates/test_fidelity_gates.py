@@ -53,7 +53,8 @@ def refs(tmp_path_factory):
             spec, _ = TINY_MODELS[name]
             (model,) = make_model(d / f"{name}.gguf", spec)
             ref = d / f"{name}.ref"
-            r = fidelity(model, "-p", text(60), "-c", str(CTX), "--fidelity-chunks", "2", "--fidelity-ref", str(ref), tmp=d)
+            r = fidelity(model, "-p", text(60), "-c", str(CTX), "--fidelity-chunks", "2", "--fidelity-ref", str(ref),
+                         tmp=d)
             assert r.rc == 0, r.stderr
             out[name] = (model, ref)
         return out[name]

@@ -164,8 +164,8 @@ def _fidelity_rules(cfg: EngineConfig) -> str | None:
         return (f"bmoe: {name} scores every position in a prompt batch, where --route-ahead changes nothing "
                 "(it acts while decoding one token at a time): drop it")
     if cfg.drop_cold_experts is not None and not cfg.drop_in_prefill:
-        return (f"bmoe: {name} scores every position in a prompt batch, where --drop-cold-experts drops only with "
-                "--drop-in-prefill: add it")
+        return (f"bmoe: {name} scores every position in a prompt batch, where --drop-cold-experts drops nothing "
+                "unless told to: add --drop-in-prefill")
     return None
 
 
