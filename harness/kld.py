@@ -196,6 +196,21 @@ class FidelityStats:
                 f"positions={self.positions}{extra}{tail}")
 
 
+def detail_lines(s: FidelityStats) -> list[str]:
+    """perplexity.cpp's KL-divergence and token-probability blocks in three lines (none below MIN_POSITIONS)."""
+    if not s.enough:
+        return []
+    assert s.kld_pct is not None and s.dp_pct is not None and s.dp_rms is not None
+    pk = " ".join(f"p{q:g}={v:.6g}" for q, v in s.kld_pct.items())
+    pd = " ".join(f"p{q:g}={100 * v:.4g}" for q, v in s.dp_pct.items())
+    return [f"fidelity KLD: mean={s.kld_mean:.6g} ± {s.kld_se:.3g} max={s.kld_max:.6g} {pk} median={s.kld_median:.6g} "
+            f"min={s.kld_min:.6g} (nats)",
+            f"fidelity same top: {100 * s.same_top:.3f} ± {100 * s.same_top_se:.3f} %",
+            f"fidelity Δp (%): mean={100 * s.dp_mean:.4g} ± {100 * s.dp_mean_se:.3g} rms={100 * s.dp_rms:.4g} ± "
+            f"{100 * s.dp_rms_se:.3g} max={100 * s.dp_max:.4g} {pd} median={100 * s.dp_median:.4g} "
+            f"min={100 * s.dp_min:.4g}"]
+
+
 def summarize(a: Against) -> FidelityStats:
     """perplexity.cpp's KL-divergence and token-probability statistics over all positions."""
     n = len(a.kld)

@@ -110,6 +110,8 @@ def test_summary_figures():
     srt = np.sort(a.kld.astype(np.float32))
     assert s.kld_pct[99.0] == pytest.approx(kld.percentile(srt, 0.99)) and s.kld_max == pytest.approx(srt[-1])
     assert set(s.kld_pct) == set(kld.KLD_PERCENTILES) and set(s.dp_pct) == set(kld.DP_PERCENTILES)
+    detail = kld.detail_lines(s)
+    assert len(detail) == 3 and f"p99={s.kld_pct[99.0]:.6g}" in detail[0] and "p0.1=" in detail[2]
     line = s.line()
     assert line.startswith(f"fidelity: kld_mean={s.kld_mean:.6g} kld_p99={s.kld_pct[99.0]:.6g} "
                            f"same_top_pct={100 * same:.4g} positions=400")
@@ -118,6 +120,7 @@ def test_summary_figures():
 def test_no_statistics_below_100_positions():
     s = kld.summarize(_against(99, 8))
     assert not s.enough and s.kld_pct is None and s.kld_se is None and s.dp_rms is None
+    assert kld.detail_lines(s) == []
     assert "kld_p99=n/a" in s.line() and "no statistics below 100 positions" in s.line()
     with pytest.raises(ValueError):
         kld.summarize(_against(0, 9))

@@ -44,7 +44,7 @@ class FidelityRun:
                f"{self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x)"
                + (f", {self.read_mib:.2f} MiB of experts read" if self.read_mib is not None else "")]
         if self.stats is not None:
-            out.append(self.stats.line())
+            out += [self.stats.line(), *kld.detail_lines(self.stats)]
         return out
 
 
