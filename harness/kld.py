@@ -95,6 +95,14 @@ def compact(logits: np.ndarray, next_tokens: np.ndarray, k: int) -> Compact:
                    tail_lp=nm.tail_lp(ids).astype(np.float32), next_lp=nm.lp_at(nxt)[:, 0].astype(np.float32))
 
 
+def covered(tail_lp: np.ndarray) -> tuple[float, float]:
+    """How much of the reference's probability its top K hold: (mean, least) over positions, as fractions. KLD
+    over the top K and the tail is the full KLD less tail mass x the tail's own divergence, so it is exact where
+    the top K hold everything and says little where they hold little (a flat distribution)."""
+    kept = 1.0 - np.exp(np.asarray(tail_lp, dtype=np.float64))
+    return float(kept.mean()), float(kept.min())
+
+
 @dataclass
 class Against:
     """Per position: KLD(ref||run) in nats, whether the top token is the same, Δp = p_run - p_ref of the next

@@ -124,3 +124,9 @@ def test_no_statistics_below_100_positions():
     assert "kld_p99=n/a" in s.line() and "no statistics below 100 positions" in s.line()
     with pytest.raises(ValueError):
         kld.summarize(_against(0, 9))
+
+
+def test_covered_is_the_mass_the_top_k_hold():
+    x = np.array([[0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    assert kld.covered(kld.compact(x, np.array([0]), 3).tail_lp) == pytest.approx((0.75, 0.75))
+    assert kld.covered(kld.compact(x, np.array([0]), 4).tail_lp) == (1.0, 1.0)

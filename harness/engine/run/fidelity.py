@@ -36,13 +36,18 @@ class FidelityRun:
     decode_s: float
     total_s: float
     read_mib: float | None  # None: no hook (the plain mmap run)
+    top_k: int
+    covered: tuple[float, float]  # the reference's top K: mean and least probability mass held (kld.covered)
     stats: kld.FidelityStats | None = None
 
     def lines(self) -> list[str]:
         out = [f"bmoe: scored {self.positions} positions in {self.n_chunk} chunks of {self.ctx} tokens: "
                f"{self.total_s * 1e3:.0f} ms ({self.decode_s * 1e3:.0f} ms in llama_decode, scoring overhead "
                f"{self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x)"
-               + (f", {self.read_mib:.2f} MiB of experts read" if self.read_mib is not None else "")]
+               + (f", {self.read_mib:.2f} MiB of experts read" if self.read_mib is not None else ""),
+               f"bmoe: the reference keeps each position's top {self.top_k} tokens: {100 * self.covered[0]:.4g}% of "
+               f"the probability on average, {100 * self.covered[1]:.4g}% at least"
+               + ("" if self.covered[1] >= 0.99 else " (KLD is then a lower bound: --fidelity-top-k 0 keeps all)")]
         if self.stats is not None:
             out += [self.stats.line(), *kld.detail_lines(self.stats)]
         return out
@@ -92,6 +97,7 @@ def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
               "top_k": min(top_k, sess.n_vocab) if top_k else sess.n_vocab, "bos": bos,
               "config": {k: v for k, v in cfg.resolved().items() if k != "prompt"}}
     w = RefWriter(out, header, tokens)
+    tails = []
     timing = [0.0, 0]
     t0 = time.perf_counter()
     try:
@@ -99,13 +105,14 @@ def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
             for c, logits in _chunks(engine, tokens, first, bos, timing):
                 ref = kld.compact(logits, tokens[c, first + 1:], header["top_k"])
                 w.rows(ref.ids, ref.lp, ref.tail_lp, ref.next_lp)
+                tails.append(ref.tail_lp)
     except BaseException:
         w.abort()
         raise
     w.close()
     n = tokens.shape[0] * scored_per_chunk(ctx, first)
     return FidelityRun(n, int(tokens.shape[0]), ctx, timing[0], time.perf_counter() - t0,
-                       timing[1] / MIB if sess.hook else None)
+                       timing[1] / MIB if sess.hook else None, header["top_k"], kld.covered(np.concatenate(tails)))
 
 
 def check_ref(ref: RefFile, n_vocab: int) -> None:
@@ -150,4 +157,4 @@ def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> Fideli
                          for f in ("kld", "same_top", "dp", "run_top")))
     n_chunk = int(ref.tokens.shape[0])
     return FidelityRun(len(allp.kld), n_chunk, ctx, timing[0], total, timing[1] / MIB if sess.hook else None,
-                       kld.summarize(allp))
+                       int(ref.header["top_k"]), kld.covered(ref.rows["tail_lp"]), kld.summarize(allp))
