@@ -42,8 +42,9 @@ class FidelityRun:
 
     def lines(self) -> list[str]:
         out = [f"bmoe: scored {self.positions} positions in {self.n_chunk} chunks of {self.ctx} tokens: "
-               f"{self.total_s * 1e3:.0f} ms ({self.decode_s * 1e3:.0f} ms in llama_decode, scoring overhead "
-               f"{self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x)"
+               f"{self.total_s * 1e3:.0f} ms, {self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x "
+               f"its {self.decode_s * 1e3:.0f} ms in llama_decode (scripts/fidelity_overhead.py compares with a plain "
+               "prefill)"
                + (f", {self.read_mib:.2f} MiB of experts read" if self.read_mib is not None else ""),
                f"bmoe: the reference keeps each position's top {self.top_k} tokens: {100 * self.covered[0]:.4g}% of "
                f"the probability on average, {100 * self.covered[1]:.4g}% at least"
