@@ -67,6 +67,8 @@ def run(argv: list[str]) -> int:
     from harness.engine.io import lazymap
     from harness.engine.io.faults import Faults
 
+    if cfg.fidelity_ref or cfg.fidelity_against:
+        cfg = _fidelity_config(sub, cfg)
     sock = None
     if sub == "serve":  # before the slow load: a port in use or a bad --host is refused at once
         from harness.engine.serve.process import listen
@@ -102,6 +104,8 @@ def run(argv: list[str]) -> int:
             from harness.engine.serve.process import serve
 
             return serve(engine, serve_flags, sock)
+        if cfg.fidelity_ref or cfg.fidelity_against:
+            return _run_fidelity(engine, cfg)
         if cfg.prompts_file:
             res = _run_prompts(engine, cfg, items, interrupt)
         else:
@@ -113,6 +117,38 @@ def run(argv: list[str]) -> int:
             sys.stderr.write(line + "\n")
     finally:
         engine.close()
+    return 0
+
+
+def _fidelity_config(sub: str | None, cfg):
+    """--fidelity-ref/--fidelity-against: refused with chat or serve; against a reference, its context size."""
+    from dataclasses import fields, replace
+
+    from harness.engine.config import EngineConfig
+    from harness.formats.fidelity import read_ref_header
+
+    if sub:
+        raise UserError(f"bmoe: --fidelity-ref and --fidelity-against score a fixed text; drop them from bmoe {sub}")
+    if not cfg.fidelity_against:
+        return cfg
+    ctx = int(read_ref_header(cfg.fidelity_against)["ctx"])  # before the slow load: a bad file is refused at once
+    default = next(f.default for f in fields(EngineConfig) if f.name == "ctx")
+    if cfg.ctx not in (ctx, default):  # the default: -c not given
+        raise UserError(f"bmoe: --fidelity-against {cfg.fidelity_against} was scored with -c {ctx}; drop -c "
+                        f"{cfg.ctx} (the reference's context size is used)")
+    return replace(cfg, ctx=ctx)
+
+
+def _run_fidelity(engine, cfg) -> int:
+    from harness.engine.run.fidelity import score_against, score_ref
+
+    if cfg.fidelity_ref:
+        res = score_ref(engine, cfg.fidelity_ref, cfg.fidelity_top_k)
+        sys.stderr.write(f"bmoe: wrote the reference {cfg.fidelity_ref} (top {cfg.fidelity_top_k or 'all'})\n")
+    else:
+        res = score_against(engine, cfg.fidelity_against, cfg.fidelity_csv)
+    for line in res.lines():
+        sys.stderr.write(line + "\n")
     return 0
 
 

@@ -16,6 +16,7 @@ from harness.engine.io.dense import MODES as DENSE_MODES
 from harness.errors import UserError
 
 IO_THREADS_MAX = 8
+FIDELITY_TOP_K = 256  # see harness/kld.py and bench-data notes: what a smaller K loses
 _META = "bmoe.flag"
 
 
@@ -137,6 +138,22 @@ class EngineConfig:
     replies: str | None = opt(None, "--replies", metavar="PATH",
                               help="with --prompts-file: write each reply (id, prompt as sent, reply, tokens, "
                               "times) here as bmoe-replies v1 JSON lines")
+    fidelity_ref: str | None = opt(None, "--fidelity-ref", metavar="OUT",
+                                   help="score the -p text teacher-forced instead of generating (chunks of -c "
+                                   "tokens, llama-perplexity's --kl-divergence layout: positions c/2..c-2 of each "
+                                   "chunk) and write the run's log-probabilities here (bmoe_fidelity_ref v1)")
+    fidelity_top_k: int = opt(FIDELITY_TOP_K, "--fidelity-top-k", metavar="K", lo=0,
+                              help="with --fidelity-ref: keep each position's K most probable tokens and the rest's "
+                              "mass as one outcome (0 = the whole vocabulary: exact, 8 bytes per token per position)")
+    fidelity_chunks: int = opt(0, "--fidelity-chunks", metavar="N", lo=0,
+                               help="with --fidelity-ref: score the text's first N chunks (0 = every whole chunk)")
+    fidelity_against: str | None = opt(None, "--fidelity-against", metavar="REF",
+                                       help="score the tokens of a --fidelity-ref file with this run's knobs instead "
+                                       "of generating (its context size and chunks) and print KLD(ref||run), "
+                                       "same-top % and the next token's probability change (no -p needed)")
+    fidelity_csv: str | None = opt(None, "--fidelity-csv", metavar="PATH",
+                                   help="with --fidelity-against: write the per-position figures here "
+                                   "(bmoe_fidelity v1)")
     session: bool = opt(False, "--session", help="keep the model loaded and answer JSON-lines requests on stdin "
                         "(generate with messages, cancel, close) with JSON-lines events on stdout; -p is unused")
     kv_reuse: bool = opt(True, "--no-kv-reuse",

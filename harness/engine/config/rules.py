@@ -141,6 +141,34 @@ def _guess_rules(cfg: EngineConfig) -> str | None:
     return None
 
 
+def _fidelity_rules(cfg: EngineConfig) -> str | None:
+    if cfg.fidelity_csv is not None and cfg.fidelity_against is None:
+        return "bmoe: --fidelity-csv writes the figures of a --fidelity-against run: add --fidelity-against REF"
+    for name, flag in (("fidelity_top_k", "--fidelity-top-k"), ("fidelity_chunks", "--fidelity-chunks")):
+        if _given(cfg, name) and cfg.fidelity_ref is None:
+            return f"bmoe: {flag} sets what a --fidelity-ref file holds: add --fidelity-ref OUT"
+    if cfg.fidelity_ref is None and cfg.fidelity_against is None:
+        return None
+    if cfg.fidelity_ref is not None and cfg.fidelity_against is not None:
+        return ("bmoe: --fidelity-ref writes a reference, --fidelity-against scores against one: give one of them "
+                "(score the reference first, then each run against it)")
+    name = "--fidelity-ref" if cfg.fidelity_ref is not None else "--fidelity-against"
+    for on, flag in ((cfg.prompts_file is not None, "--prompts-file"), (cfg.session, "--session"),
+                     (cfg.csv is not None, "--csv"), (cfg.ngram, "--ngram"), (cfg.mtp, "--mtp"),
+                     (cfg.route_trace is not None, "--route-trace"), (cfg.io_trace is not None, "--io-trace"),
+                     (cfg.compute_trace is not None, "--compute-trace"), (cfg.route_replay is not None,
+                                                                          "--route-replay")):
+        if on:
+            return f"bmoe: {name} scores a fixed text instead of generating; it cannot be combined with {flag}"
+    if cfg.route_ahead:
+        return (f"bmoe: {name} scores every position in a prompt batch, where --route-ahead changes nothing "
+                "(it acts while decoding one token at a time): drop it")
+    if cfg.drop_cold_experts is not None and not cfg.drop_in_prefill:
+        return (f"bmoe: {name} scores every position in a prompt batch, where --drop-cold-experts drops nothing "
+                "unless told to: add --drop-in-prefill")
+    return None
+
+
 def lossy_settings(cfg: EngineConfig) -> list[str]:
     """The lossy knobs this configuration sets ("--flag: why"), for the CSV preamble."""
     return [f"{s.label}: {s.flag.lossy}" for s in SPECS if s.flag.lossy and getattr(cfg, s.name) != s.default]
@@ -149,7 +177,7 @@ def lossy_settings(cfg: EngineConfig) -> list[str]:
 _RULES: tuple[Callable[[EngineConfig], str | None], ...] = (_ceil_needs_auto, _preload_needs_cache,
                                                              _no_think_needs_chatml, _prompts_file_rules,
                                                              _drop_rules, _prefetch_rules, _traces_one_generation,
-                                                             _route_ahead_rules, _guess_rules)
+                                                             _route_ahead_rules, _guess_rules, _fidelity_rules)
 
 
 def validate(cfg: EngineConfig) -> None:

@@ -272,13 +272,25 @@ class Session:
         p = self.L.llama_get_logits_ith(self.ctx, i)
         return np.ctypeslib.as_array(p, shape=(self.n_vocab,)).copy()
 
-    def decode(self, toks: list[int], all_logits: bool = False) -> None:
-        """Decode `toks` after what the KV cache holds; logits for the last token, or for every one."""
+    def bos_to_add(self) -> int:
+        """The BOS token the vocabulary puts first (llama_vocab_get_add_bos), or -1 when it adds none."""
+        L = self.L
+        return int(L.llama_vocab_bos(self.vocab)) if L.llama_vocab_get_add_bos(self.vocab) else -1
+
+    def output_logits(self, n: int) -> np.ndarray:
+        """A copy of the last decode's first `n` output rows of logits, (n, n_vocab) float32, in batch order."""
+        p = self.L.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(p, shape=(n, self.n_vocab)).copy()
+
+    def decode(self, toks: list[int], all_logits: bool = False, logits_from: int | None = None) -> None:
+        """Decode `toks` after what the KV cache holds; logits for the last token, for every one (`all_logits`),
+        or for those from index `logits_from` on (teacher-forced scoring, harness.engine.run.fidelity)."""
         L = self.L
         arr = (L.llama_token * len(toks))(*toks)
         batch = L.llama_batch_get_one(arr, len(toks))
-        if all_logits:
-            out = (ctypes.c_int8 * len(toks))(*([1] * len(toks)))
+        if all_logits or logits_from is not None:
+            lo = 0 if all_logits else logits_from
+            out = (ctypes.c_int8 * len(toks))(*([0] * lo + [1] * (len(toks) - lo)))
             batch.logits = ctypes.cast(out, ctypes.POINTER(ctypes.c_int8))
         tr = self.hook.tracing if self.hook is not None else None
         if tr is not None:
