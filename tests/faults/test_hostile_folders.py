@@ -56,6 +56,12 @@ def _link_out(folder: Path, name: str, target: Path, *, move: bool = False) -> N
     p.symlink_to(target)
 
 
+def _fifo(p: Path) -> None:
+    """p replaced by a FIFO (reading it would hang)."""
+    p.unlink()
+    os.mkfifo(p)
+
+
 def _pending(m: dict) -> dict:
     return next(r for r in m["runs"] if r["status"] == "pending")
 
@@ -90,8 +96,8 @@ CASES: dict[str, tuple[Callable[[Path, Path], None], tuple[str, ...], str]] = {
                      "'results.csv' (a symbolic link)"),
     "manifest-link": (lambda f, o: _link_out(f, "manifest.json", o / "manifest.json", move=True), ALL,
                       "'manifest.json' (a symbolic link)"),
-    "fifo-in-a-run": (lambda f, o: (os.unlink(f / "runs/r01-c00/state.jsonl"), os.mkfifo(f / "runs/r01-c00/state.jsonl")),
-                      ALL, "'runs/r01-c00/state.jsonl' (not a plain file)"),
+    "fifo-in-a-run": (lambda f, o: _fifo(f / "runs/r01-c00/state.jsonl"), ALL,
+                      "'runs/r01-c00/state.jsonl' (not a plain file)"),
     # hostile sizes: a 50 MB manifest, one nested 100000 deep
     "huge-manifest": (lambda f, o: _edit(f, lambda m: m["campaign"].update(description="x" * 50_000_000)), ALL,
                       "manifest.json: larger than 16 MiB"),
