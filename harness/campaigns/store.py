@@ -15,9 +15,12 @@ it and renamed once its campaign.yaml and manifest are written: a folder without
 campaign's.
 
 One runner per folder: `FolderLock` (an flock on <folder>/.lock, released by the kernel when its holder
-dies, so a kill -9 never leaves it stuck; the file names the holder's PID), and `campaign_lock` around
-choosing or creating the folder (<root>/.<campaign>.lock), so two runners started together cannot both
-pick the same folder. Holding the lock makes every temporary file there stale: cleared on resume."""
+dies, so a kill -9 never leaves it stuck; the file names the holder's PID; never opened through a symbolic
+link), and `campaign_lock` around choosing or creating the folder (<root>/.<campaign>.lock), so two runners
+started together cannot both pick the same folder. Holding the lock makes every temporary file there stale:
+cleared on resume. A retried run's earlier attempts stay in its folder, under attempt-<n>/ (`commit_run`).
+A folder found under root is read through load_manifest, which refuses one holding a link out of it
+(harness.formats.folder_guard); a link named as a folder of the campaign is refused too."""
 
 from __future__ import annotations
 
@@ -166,6 +169,8 @@ def new_folder(root: Path, name: str, t: float, fill: Callable[[Path], None] | N
     base = Path(root) / f"{day}-{name}"
     base.parent.mkdir(parents=True, exist_ok=True)
     tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp")
+    if tmp.is_symlink():  # planted under our name: filling it would write wherever it points
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         (tmp / RUNS).mkdir(parents=True)
@@ -191,7 +196,10 @@ def clear_stale_starts(root: Path, name: str) -> list[str]:
     pat = re.compile(rf"^\.\d{{4}}-\d{{2}}-\d{{2}}-{re.escape(name)}\.\d+\.tmp$")
     if Path(root).is_dir():
         for d in Path(root).iterdir():
-            if pat.match(d.name) and d.is_dir():
+            if pat.match(d.name) and d.is_symlink():
+                d.unlink()  # the link only, never what it points at
+                gone.append(d.name)
+            elif pat.match(d.name) and d.is_dir():
                 shutil.rmtree(d, ignore_errors=True)
                 gone.append(d.name)
     return gone

@@ -157,6 +157,19 @@ def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path
     assert victim.read_text() == "precious\n" and (tmp_path / "d" / name).is_symlink()
 
 
+def test_a_half_made_start_that_is_a_link_is_unlinked_not_followed(tmp_path):
+    from harness.campaigns.store import clear_stale_starts
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious\n")
+    root = tmp_path / "bd"
+    root.mkdir()
+    (root / ".2026-01-02-t.999999.tmp").symlink_to(victim)
+    assert clear_stale_starts(root, "t") == [".2026-01-02-t.999999.tmp"]
+    assert os.listdir(root) == [] and (victim / "keep.txt").read_text() == "precious\n"
+
+
 # ---- item 20: --retry-failed keeps the failed attempt's files -------------------------------------------------------
 
 def test_a_retried_run_keeps_its_failed_attempt_beside_it(tmp_path):
