@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from harness.campaigns.schema import Campaign
 from harness.campaigns.yamlsrc import CampaignError, Where, where_order
 from harness.formats.campaign import FlagValue, render_value
+from harness.formats.manifest import run_id as make_run_id
 
 
 @dataclass(frozen=True)
@@ -161,5 +162,5 @@ def order_runs(n_cells: int, repeats: int, order: str, seed: int) -> list[RunSpe
         elif order not in ("interleaved", "alternating"):
             raise ValueError(f"unknown order {order!r}")
         for ci in idx:
-            runs.append(RunSpec(run_id=f"r{rnd + 1:02d}-c{ci:02d}", round=rnd, cell=ci, position=len(runs)))
+            runs.append(RunSpec(run_id=make_run_id(rnd, ci), round=rnd, cell=ci, position=len(runs)))
     return runs

@@ -108,6 +108,7 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
     model file other than the campaign's (`want_model`, its sha256) fails the run without starting it."""
     c = plan.campaign
     cell = plan.cells[r.cell]
+    attempt = len(r.previous_attempts) + 1  # a retried run keeps the earlier ones' files (store.commit_run)
     tmp = store.tmp_run_dir(folder, r.run_id)
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -123,7 +124,7 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
     if refuse is not None:
         write_states(tmp / STATE_FILE, [])
         refused = _refused(refuse, store.iso(time.time()), have_model)
-        return refused, store.commit_run(folder, r.run_id, refused)
+        return refused, store.commit_run(folder, r.run_id, refused, attempt)
     gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
     evicted = None
     if c.target.kind == "local" and c.target.evict_model:
@@ -195,7 +196,7 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
         gate=GateRecord(**gate.record()), entry_state=DeviceSample(**gate.entry),
         n_state_samples=len(sampler.samples), sampler_errors=sampler.errors, model_sha256=have_model,
     )
-    return outcome, store.commit_run(folder, r.run_id, outcome)
+    return outcome, store.commit_run(folder, r.run_id, outcome, attempt)
 
 
 def _refused(reason: str, t: str, model: dict[str, str]) -> Outcome:

@@ -47,9 +47,12 @@ from harness.formats.manifest import (
     ReadBandwidth,
     RunRecord,
     SessionRecord,
+    hashes_removed,
     load_manifest,
     plan_hash,
+    removed_message,
     save_manifest,
+    unhashed_runs,
 )
 from harness.targets.base import Target
 
@@ -284,6 +287,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
             else:
                 lock = store.lock_folder(folder)  # FolderBusy, naming the holder, when another runner has it
                 m = load_manifest(folder)
+                _refuse_unhashed(folder, m)
                 res = resolve_inputs(plan, target, console)
                 was = {k: e.version for k, e in m.engines.items()} if m.engines else {"": m.engine.version}
                 for k, ver in res.versions().items():
@@ -309,6 +313,17 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
             lock.release()
         if own_target:
             target.close()
+
+
+def _refuse_unhashed(folder: Path, m: Manifest) -> None:
+    """A folder whose finished runs lack their file hashes is not resumed (saved again at the current version,
+    they would look removed): removed entries are restored, a v1 folder migrated first."""
+    un = unhashed_runs(m)
+    if hashes_removed(m):
+        raise UserError(f"{folder}: {removed_message(un)}")
+    if un:
+        raise UserError(f"{folder}: run(s) {' '.join(un)} are from before file hashes (manifest v1): record them "
+                        f"first (`bmoe-bench report {shlex.quote(str(folder))} --migrate`), then resume")
 
 
 def _note_other_plans(root: Path, plan: Plan, h: str, console: Console) -> None:

@@ -15,12 +15,16 @@ it and renamed once its campaign.yaml and manifest are written: a folder without
 campaign's.
 
 One runner per folder: `FolderLock` (an flock on <folder>/.lock, released by the kernel when its holder
-dies, so a kill -9 never leaves it stuck; the file names the holder's PID), and `campaign_lock` around
-choosing or creating the folder (<root>/.<campaign>.lock), so two runners started together cannot both
-pick the same folder. Holding the lock makes every temporary file there stale: cleared on resume."""
+dies, so a kill -9 never leaves it stuck; the file names the holder's PID; never opened through a symbolic
+link), and `campaign_lock` around choosing or creating the folder (<root>/.<campaign>.lock), so two runners
+started together cannot both pick the same folder. Holding the lock makes every temporary file there stale:
+cleared on resume. A retried run's earlier attempts stay in its folder, under attempt-<n>/ (`commit_run`).
+A folder found under root is read through load_manifest, which refuses one holding a link out of it
+(harness.formats.folder_guard); a link named as a folder of the campaign is refused too."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from harness.errors import ResourceError, UserError
 from harness.formats.files import disk_full, is_disk_full
-from harness.formats.folder import MANIFEST, OUTCOME_FILE, RUNS
+from harness.formats.folder import ATTEMPT_DIR, MANIFEST, OUTCOME_FILE, RUNS
 from harness.formats.manifest import Manifest, hash_files, load_manifest, run_dir
 from harness.formats.outcome import Outcome, read_outcome, write_outcome
 
@@ -53,7 +57,7 @@ class FolderLock:
     def __init__(self, path: Path, what: str):
         self.path = Path(path)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = _open_lock(self.path)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -63,11 +67,12 @@ class FolderLock:
                     time.sleep(0.02)
                     holder = _holder(fd)
                 os.close(fd)
+                pid = re.match(r"PID (\d+)", holder)
                 raise FolderBusy(f"{what} is in use by another bmoe-bench run ({holder}); wait for it to "
-                                 f"finish, or stop it (kill {holder.split()[1] if holder.startswith('PID ') else 'it'})"
+                                 f"finish, or stop it ({f'kill {pid.group(1)}' if pid else 'kill it'})"
                                  f" and run this command again") from None
             try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
             except FileNotFoundError:  # its holder removed it between our open and our lock: take a new one
                 same = False
             if same:
@@ -98,6 +103,20 @@ class FolderLock:
         self.release()
 
 
+def _open_lock(path: Path) -> int:
+    """The lock file, created if needed, never through a symbolic link (one would truncate its target)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"{path}: a symbolic link where bmoe-bench keeps its lock file; refused (remove "
+                            f"the link and run the command again)") from None
+        if is_disk_full(e):
+            raise disk_full(path, None) from None
+        raise UserError(f"{path}: cannot create the lock file there ({e.strerror}); name a folder you can "
+                        f"write to") from None
+
+
 def _argv() -> list[str]:
     try:
         return [a for a in open("/proc/self/cmdline", "rb").read().decode(errors="replace").split("\0") if a]
@@ -126,7 +145,15 @@ def lock_folder(folder: Path) -> FolderLock:
 
 def campaign_lock(root: Path, name: str) -> FolderLock:
     """Held while a runner picks or creates the folder of campaign `name` under root."""
-    Path(root).mkdir(parents=True, exist_ok=True)
+    if Path(root).exists() and not Path(root).is_dir():
+        raise UserError(f"{root}: a file, not a folder; campaign folders go under a folder (--out DIR)")
+    try:
+        Path(root).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full(root, None) from None
+        raise UserError(f"{root}: cannot create this folder ({e.strerror}); campaign folders go under a "
+                        f"folder you can write to (--out DIR)") from None
     return FolderLock(Path(root) / f".{name}.lock", f"campaign {name} under {root}")
 
 
@@ -142,6 +169,8 @@ def new_folder(root: Path, name: str, t: float, fill: Callable[[Path], None] | N
     base = Path(root) / f"{day}-{name}"
     base.parent.mkdir(parents=True, exist_ok=True)
     tmp = base.with_name(f".{base.name}.{os.getpid()}.tmp")
+    if tmp.is_symlink():  # planted under our name: filling it would write wherever it points
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         (tmp / RUNS).mkdir(parents=True)
@@ -167,7 +196,10 @@ def clear_stale_starts(root: Path, name: str) -> list[str]:
     pat = re.compile(rf"^\.\d{{4}}-\d{{2}}-\d{{2}}-{re.escape(name)}\.\d+\.tmp$")
     if Path(root).is_dir():
         for d in Path(root).iterdir():
-            if pat.match(d.name) and d.is_dir():
+            if pat.match(d.name) and d.is_symlink():
+                d.unlink()  # the link only, never what it points at
+                gone.append(d.name)
+            elif pat.match(d.name) and d.is_dir():
                 shutil.rmtree(d, ignore_errors=True)
                 gone.append(d.name)
     return gone
@@ -183,6 +215,9 @@ def _folders(root: Path, name: str) -> list[tuple[Path, Manifest]]:
     named = folder_name_re(name)
     out = []
     for d in sorted(root.iterdir()):
+        if d.is_symlink() and named.match(d.name):  # resuming it would write wherever it points
+            raise UserError(f"{d}: a symbolic link named as a folder of campaign {name}; refused (move it out "
+                            f"of {root}, or start a new folder with --fresh)")
         if not d.is_dir() or not (d / MANIFEST).is_file() or f"-{name}" not in d.name:
             continue
         try:
@@ -231,15 +266,25 @@ def clear_tmp(folder: Path) -> list[str]:
     return gone
 
 
-def commit_run(folder: Path, run_id: str, outcome: Outcome) -> dict[str, str]:
+def commit_run(folder: Path, run_id: str, outcome: Outcome, attempt: int = 1) -> dict[str, str]:
     """Write outcome.json into the tmp run folder, hash every file there, and rename it into place.
-    Returns the hashes (file name -> sha256) for the manifest."""
+    `attempt` is this run's attempt number: a retried run keeps its earlier attempts' files under
+    attempt-<n>/ (the failed run folder left in place is attempt n - 1). Returns the hashes (path relative
+    to the run folder -> sha256) for the manifest."""
     tmp = tmp_run_dir(folder, run_id)
     write_outcome(tmp / OUTCOME_FILE, outcome)
-    hashes = hash_files(tmp)
     final = run_dir(folder, run_id)
-    if final.exists():
+    if final.is_symlink():
+        raise UserError(f"{final}: a symbolic link where run {run_id} goes; refused (remove it)")
+    if final.is_dir() and attempt > 1:
+        keep = tmp / ATTEMPT_DIR.format(n=attempt - 1)
+        os.rename(final, keep)
+        for n in range(1, attempt - 1):  # the attempts before it, kept inside it by its own commit
+            if (keep / ATTEMPT_DIR.format(n=n)).is_dir():
+                os.rename(keep / ATTEMPT_DIR.format(n=n), tmp / ATTEMPT_DIR.format(n=n))
+    elif final.exists():
         shutil.rmtree(final)
+    hashes = hash_files(tmp)
     os.replace(tmp, final)
     return hashes
 
@@ -263,6 +308,9 @@ def adopt_orphans(folder: Path, m: Manifest) -> list[str]:
             continue
         d = run_dir(folder, r.run_id)
         if (d / OUTCOME_FILE).is_file():
-            m.runs[i] = r.finish(read_outcome(d / OUTCOME_FILE), hash_files(d))
+            o = read_outcome(d / OUTCOME_FILE)
+            if r.previous_attempts and o.start == r.previous_attempts[-1].start:
+                continue  # the failed attempt a retry has not replaced yet: not this attempt's outcome
+            m.runs[i] = r.finish(o, hash_files(d))
             adopted.append(r.run_id)
     return adopted

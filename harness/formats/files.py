@@ -18,9 +18,10 @@ import re
 import shutil
 from pathlib import Path
 
-from harness.errors import ResourceError
+from harness.errors import ResourceError, UserError
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
 _TEMP = re.compile(r"^\..+\.tmp$")
 
 
@@ -50,6 +51,15 @@ def free_bytes(path: Path | str) -> int | None:
         return None
 
 
+def not_writable(path: Path | str, e: OSError) -> UserError | None:
+    """A write refused by permissions or a read-only filesystem as one line naming the folder (else None)."""
+    if e.errno not in _DENIED:
+        return None
+    p = Path(path)
+    return UserError(f"{p.parent}: cannot write {p.name} there ({e.strerror}); make the folder writable, or copy "
+                     f"it somewhere you can write and run the command there")
+
+
 def mib(n: int | None) -> str:
     return "unknown" if n is None else f"{n / 2**20:.1f} MiB"
 
@@ -75,7 +85,7 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     path = Path(path)
     tmp = temp_name(path)
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb", opener=_no_follow) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -84,7 +94,14 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         if is_disk_full(e):
             raise disk_full(path, len(data)) from None
+        if isinstance(e, OSError) and (denied := not_writable(path, e)) is not None:
+            raise denied from None
         raise
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """open()'s opener for a temporary file: never through a symbolic link planted under its name."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

@@ -11,6 +11,8 @@ and the report reads it (harness.campaigns.store describes the folder; each file
         replies.jsonl             REPLIES_FILE: a quality run's replies (harness.formats.replies)
         io_trace.csv              IO_TRACE_FILE, COMPUTE_TRACE_FILE: a traced run's traces (harness.formats.traces)
         compute_trace.csv
+        attempt-<n>/              ATTEMPT_DIR: a retried run's earlier attempt n (1 = the first), its files as
+                                  they were (hashed with the run: --retry-failed keeps the evidence of a failure)
     prompts.jsonl                 PROMPTS_FILE: a quality campaign's questions, as handed to every run
     findings.md, results.csv      FINDINGS, RESULTS: written by `bmoe-bench report` (a replay study's folder
                                   has its findings.md too)
@@ -35,3 +37,4 @@ FINDINGS = "findings.md"
 RESULTS = "results.csv"
 PLOTS_DIR = "plots"
 GRADES_FILE = "grades.json"
+ATTEMPT_DIR = "attempt-{n}"  # runs/<run_id>/attempt-<n>/

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import PrivateAttr, field_validator, model_validator
 
 from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
@@ -37,13 +38,32 @@ from harness.formats.files import atomic_write_json, sha256_file
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
 from harness.formats.folder import METRICS_FILE as METRICS_FILE  # likewise
+from harness.formats.folder_guard import inside, read_json, refuse_links, shown
 from harness.formats.outcome import Outcome
 from harness.formats.record import Record, validate
+from harness.formats.target_desc import AdbTargetDesc as AdbTargetDesc  # re-exported: the manifest's records
+from harness.formats.target_desc import CgroupDesc as CgroupDesc
+from harness.formats.target_desc import LocalTargetDesc as LocalTargetDesc
+from harness.formats.target_desc import TargetDesc
 
 FORMAT = "bmoe-manifest"
 VERSION = 3
 
 FlagValue = bool | int | float | str | None
+RUN_ID = re.compile(r"r[0-9]{2,6}-c[0-9]{2,6}")  # r<round>-c<cell>, 1-based round (expand.run_id writes them)
+MAX_BYTES = 16 * 2**20  # a manifest larger than this was not written by bmoe-bench (the largest committed: 60 KB)
+
+
+def run_id(rnd: int, cell: int) -> str:
+    """The id of the run of 0-based round `rnd` of cell `cell`: a folder name under runs/."""
+    return f"r{rnd + 1:02d}-c{cell:02d}"
+
+
+def checked_run_id(v: str) -> str:
+    """v, when it is a run id (a folder under runs/: no other path may come from a manifest)."""
+    if not isinstance(v, str) or not RUN_ID.fullmatch(v):
+        raise ValueError(f"run id {shown(str(v))} is not of the form r<round>-c<cell> (r01-c02)")
+    return v
 
 
 # ---- the plan record: the campaign as planned (kept apart: it mirrors the campaign file's models) --------
@@ -87,6 +107,7 @@ class PlanRecord(Record):
     base_flags: dict[str, FlagValue]
     cells: list[PlanCell]
     order_of_runs: list[str]
+    _ids = field_validator("order_of_runs")(lambda v: [checked_run_id(x) for x in v])
     overrides: list[str] = []  # `--set KEY=VALUE` arguments applied to the file, as given (set only when any)
     quality: QualityRecord | None = None  # quality campaigns only (absent otherwise: older plans hash the same)
     engines: dict[str, EngineEntry] | None = None  # the engines axis, reference first (set only when given)
@@ -127,46 +148,6 @@ class ModelDesc(Record):
     pushed_from: str | None = None
 
 
-class CgroupDesc(Record):
-    version: int
-    parent: str
-
-
-class LocalTargetDesc(Record):
-    kind: Literal["local"]
-    hostname: str | None = None
-    kernel: str | None = None
-    machine: str | None = None
-    cpu_model: str | None = None
-    cpus: int | None = None
-    mem_total_mib: float | None = None
-    python: str | None = None
-    mem_cap_mib: int | None = None
-    cgroup: CgroupDesc | None = None
-    drop_caches: bool | None = None
-
-
-class AdbTargetDesc(Record):
-    kind: Literal["adb"]
-    serial: str | None = None
-    manufacturer: str | None = None
-    model: str | None = None
-    device: str | None = None
-    platform: str | None = None
-    android_release: str | None = None
-    sdk: str | None = None
-    abi: str | None = None
-    kernel: str | None = None
-    hardware: str | None = None
-    cpus: int | None = None
-    mem_total_mib: float | None = None
-    device_dir: str | None = None
-    device_dir_free_mib: int | None = None
-
-
-TargetDesc = Annotated[LocalTargetDesc | AdbTargetDesc, Field(discriminator="kind")]
-
-
 class ReadBandwidth(Record):
     mib_s: float | None  # None: not measured (method says why)
     method: str
@@ -181,6 +162,7 @@ class RunSlot(Record):
     round: int  # 0-based repeat round
     cell: int  # PlanCell.index
     position: int  # 0-based place in the run order
+    _id = field_validator("run_id")(lambda v: checked_run_id(v))
 
 
 class Attempt(Outcome):
@@ -265,6 +247,13 @@ class Manifest(Record):
     provenance: Provenance | None = None  # v3; None in a folder from before it (legacy)
     _upgraded_from: int | None = PrivateAttr(default=None)
 
+    @model_validator(mode="after")
+    def _distinct_runs(self) -> Manifest:
+        ids = [r.run_id for r in self.runs]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"run id {next(i for i in ids if ids.count(i) > 1)} is recorded twice")
+        return self
+
     @property
     def upgraded_from(self) -> int | None:
         """The version of the file it was read from, when older than VERSION (upgraded in memory)."""
@@ -279,7 +268,12 @@ def plan_hash(plan: PlanRecord) -> str:
 # ---- reading and writing ----------------------------------------------------------------------------------------
 
 def run_dir(folder: Path | str, run_id: str) -> Path:
-    return Path(folder) / RUNS / run_id
+    """runs/<run_id>/ of the folder (a UserError for anything but a run id, or a path resolving outside)."""
+    try:
+        checked_run_id(run_id)
+    except ValueError as e:
+        raise UserError(f"{folder}: {e}") from None
+    return inside(folder, Path(folder) / RUNS / run_id)
 
 
 def _upgrade(obj: dict, path: Path) -> tuple[dict, int | None]:
@@ -308,13 +302,14 @@ def parse_manifest(obj: object, path: Path) -> Manifest:
 
 
 def load_manifest(folder: Path | str) -> Manifest:
+    """The folder's manifest, once the folder is found to hold no link out of it (folder_guard)."""
     p = Path(folder) / MANIFEST
+    if Path(folder).is_dir():
+        refuse_links(folder)
     try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
+        obj = read_json(p, MAX_BYTES)
     except FileNotFoundError:
         raise UserError(f"{folder}: no {MANIFEST}; is this a campaign folder under bench-data/?") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
     return parse_manifest(obj, p)
 
 
@@ -350,14 +345,30 @@ def raw_file_changes(folder: Path | str, m: Manifest) -> list[str]:
 
 
 def unhashed_runs(m: Manifest) -> list[str]:
+    """Finished runs without file hashes: legacy in a v1 manifest, removed entries in a later one."""
     return [r.run_id for r in m.runs if r.finished and r.sha256 is None]
+
+
+def hashes_removed(m: Manifest) -> list[str]:
+    """Finished runs without file hashes in a manifest that records them at every commit (v2 on; a file
+    saying v1 but holding hashes or provenance was edited): their tamper check was switched off."""
+    v1 = m.upgraded_from == 1 and m.provenance is None and all(r.sha256 is None for r in m.runs)
+    return [] if v1 else unhashed_runs(m)
+
+
+def removed_message(runs: list[str]) -> str:
+    return (f"run(s) {' '.join(runs)} have no sha256 in {MANIFEST}, which records them at every commit: the "
+            f"entries were removed, so their raw files cannot be checked; restore {MANIFEST} as committed")
 
 
 def migrate_folder(folder: Path | str) -> tuple[int, list[str]]:
     """Rewrite a folder's manifest at VERSION, recording the hashes of the raw files of every finished run
-    that has none, as they are now. Returns (the version it had, the runs hashed)."""
+    that has none, as they are now (a v1 file only: in a later one a missing hash was removed, and hashing
+    the files now would hide a change). Returns (the version it had, the runs hashed)."""
     m = load_manifest(folder)
     old = m.upgraded_from or m.version
+    if hashes_removed(m):
+        raise UserError(f"{folder}: {removed_message(hashes_removed(m))}")
     hashed = []
     for r in m.runs:
         if r.finished and r.sha256 is None:

@@ -7,7 +7,6 @@ cgroup), not "absent"."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +15,7 @@ from pydantic import model_validator
 from harness.errors import UserError
 from harness.formats.devstate import DeviceSample
 from harness.formats.files import atomic_write_json
+from harness.formats.folder_guard import read_json
 from harness.formats.record import Record, validate
 
 
@@ -81,9 +81,7 @@ def write_outcome(path: Path | str, o: Outcome) -> None:
 def read_outcome(path: Path | str) -> Outcome:
     p = Path(path)
     try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
+        obj = read_json(p, 2**20)  # a run's outcome is a few KB (harness.formats.folder_guard)
     except OSError as e:
         raise UserError(f"{p}: cannot read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
     return validate(Outcome, obj, str(p))  # type: ignore[return-value]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.formats.files import atomic_write_bytes, atomic_write_text, is_temp_name
+from harness.formats.files import atomic_write_bytes, atomic_write_text, is_temp_name, not_writable
 from harness.formats.folder import FINDINGS, GRADES_FILE, PLOTS_DIR, RESULTS, RUNS
 from harness.formats.grades import grades_text
 from harness.formats.manifest import load_manifest, raw_file_changes, unhashed_runs
@@ -63,7 +63,10 @@ def write_report(folder: Path | str) -> Report:
     rep = build_report(folder)
     for name, text in rep.texts.items():
         atomic_write_text(folder / name, text)
-    (folder / PLOTS_DIR).mkdir(exist_ok=True)
+    try:
+        (folder / PLOTS_DIR).mkdir(exist_ok=True)
+    except OSError as e:
+        raise not_writable(folder / PLOTS_DIR, e) or e from None
     for name, png in rep.plots.items():
         atomic_write_bytes(folder / PLOTS_DIR / name, png)
     return rep

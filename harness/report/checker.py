@@ -9,8 +9,9 @@
   and every run's model sha256 equal to the campaign's; a folder from before v3 passes as *legacy*, with
   a note (what ran then cannot be recovered now: hashing today's file would claim what was not checked);
 - the lossless audit clean (harness.report.audit);
-- raw files intact (their sha256 in the manifest); runs from before file hashes (manifest v1) pass as legacy,
-  with a note naming the migration.
+- raw files intact (their sha256 in the manifest); a finished run without its sha256 in a manifest from v2 on
+  is a problem (the entry was removed); runs from before file hashes (manifest v1) pass as legacy, with a
+  note naming the migration.
 
 A folder may carry `acknowledged.txt`: problem lines (exactly as this check prints them, without the
 folder) that a reviewer has accepted, each under a `# ` comment saying why; they are reported as
@@ -23,7 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import stats
-from harness.formats.manifest import METRICS_FILE, legacy, raw_file_changes, run_dir, unhashed_runs
+from harness.errors import UserError
+from harness.formats.manifest import (
+    METRICS_FILE,
+    hashes_removed,
+    legacy,
+    raw_file_changes,
+    removed_message,
+    run_dir,
+    unhashed_runs,
+)
 from harness.report.audit import audit
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.results import compute_results
@@ -117,6 +127,9 @@ def _provenance(data: CampaignData) -> tuple[list[str], list[str]]:
 def _hashes(data: CampaignData) -> tuple[list[str], list[str]]:
     out = [f"{p} changed since its run was committed (sha256 in manifest.json)"
            for p in raw_file_changes(data.folder, data.manifest)]
+    removed = hashes_removed(data.manifest)
+    if removed:
+        return [*out, removed_message(removed)], []
     un = unhashed_runs(data.manifest)
     notes = [f"legacy: {len(un)} run(s) from before file hashes (manifest v1) cannot be checked: "
              f"`bmoe-bench report {data.folder} --migrate` records them as they are now"] if un else []
@@ -127,7 +140,11 @@ def read_acknowledged(folder: Path) -> list[str]:
     p = folder / ACKNOWLEDGED
     if not p.is_file():
         return []
-    lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines()]
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{p}: not UTF-8 (byte {e.start})") from None
+    lines = [ln.strip() for ln in text.splitlines()]
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 

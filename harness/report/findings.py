@@ -357,9 +357,9 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
         L += quality + [""]
     L += _roofline(data, res) + [""]
     L += _not_shown(data, res) + [""]
-    folder = data.folder.resolve().name  # `report .` run inside the folder: its own name, not ''
+    # DIR, not this folder's path or name: a copied or renamed folder must still pass `report --check`
     L += ["## Reproduce", "", "```", m.reproduce,
-          f"bmoe-bench report bench-data/{folder}", "```", "",
+          "bmoe-bench report DIR    # DIR: this folder", "```", "",
           "Raw data: `manifest.json` (plan, engine, target, every run's record), `runs/<id>/metrics.csv` "
           "(per-token CSV), `state.jsonl`, `engine.log`; `results.csv` is the table above.", ""]
     L += ["## Author's notes", "", AUTHOR_BEGIN, author_section(previous), AUTHOR_END, ""]

@@ -1,6 +1,7 @@
 """Reports from raw files: both engines' CSVs, numbers with known answers, determinism, --check, and the
 author's section surviving regeneration."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -191,11 +192,17 @@ def test_entry_temperature_rise_is_reported_as_throttling(tmp_path):
     assert "| 4 | r02-c01 | --fast=on | 2 |" in md and "| 52.5 |" in md
 
 
-def test_report_run_inside_the_folder_names_it_in_the_reproduce_line(tmp_path, monkeypatch):
+def test_findings_name_no_path_of_their_folder_so_a_renamed_copy_passes_the_check(tmp_path, monkeypatch):
     folder = two_cell_folder(tmp_path)
     monkeypatch.chdir(folder)
-    write_report(Path("."))
-    assert f"bmoe-bench report bench-data/{folder.name}\n" in (folder / "findings.md").read_text()
+    write_report(Path("."))  # `report .` inside the folder writes what `report <path>` writes
+    md = (folder / "findings.md").read_text()
+    assert "bmoe-bench report DIR    # DIR: this folder\n" in md
+    assert folder.name not in md and str(tmp_path) not in md
+    monkeypatch.chdir(tmp_path)
+    copy = tmp_path / "elsewhere" / "renamed"
+    shutil.copytree(folder, copy)
+    assert check_report(copy) == []
 
 
 def _with_prefetch(text: str, spec: int, wasted: int) -> str:

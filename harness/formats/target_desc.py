@@ -1,0 +1,50 @@
+"""The manifest's description of the target a campaign ran on (`target`, harness.formats.manifest), as the
+target describes itself: a local machine or an adb device, each with the keys it knows."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from harness.formats.record import Record
+
+
+class CgroupDesc(Record):
+    version: int
+    parent: str
+
+
+class LocalTargetDesc(Record):
+    kind: Literal["local"]
+    hostname: str | None = None
+    kernel: str | None = None
+    machine: str | None = None
+    cpu_model: str | None = None
+    cpus: int | None = None
+    mem_total_mib: float | None = None
+    python: str | None = None
+    mem_cap_mib: int | None = None
+    cgroup: CgroupDesc | None = None
+    drop_caches: bool | None = None
+
+
+class AdbTargetDesc(Record):
+    kind: Literal["adb"]
+    serial: str | None = None
+    manufacturer: str | None = None
+    model: str | None = None
+    device: str | None = None
+    platform: str | None = None
+    android_release: str | None = None
+    sdk: str | None = None
+    abi: str | None = None
+    kernel: str | None = None
+    hardware: str | None = None
+    cpus: int | None = None
+    mem_total_mib: float | None = None
+    device_dir: str | None = None
+    device_dir_free_mib: int | None = None
+
+
+TargetDesc = Annotated[LocalTargetDesc | AdbTargetDesc, Field(discriminator="kind")]
