@@ -25,3 +25,23 @@ def header_only(path: Path, arch: str, tensors: list[tuple[str, tuple[int, ...]]
         f.write(header)
         f.truncate(len(header) + off)
     return path
+
+
+def with_kv(src: Path, dst: Path, key: str, value: int | None = None, rename: str | None = None) -> Path:
+    """A copy of a generated model with one scalar metadata value changed in place (gguf's own reader, opened for
+    writing), or its key renamed to one of the same length (the key then missing): a damaged header."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    shutil.copy(src, dst)
+    r = GGUFReader(dst, "r+")
+    f = r.fields[key]
+    if rename is not None:
+        assert len(rename) == len(key)
+        f.parts[1][:] = list(rename.encode())
+    else:
+        f.parts[f.data[0]][0] = value
+    r.data.flush()
+    del r
+    return dst
