@@ -16,7 +16,7 @@ from typing import TextIO
 from harness import __version__
 from harness.engine.cache.budget import ExpertSizes, plan_cache
 from harness.engine.cache.expert_cache import ExpertCache
-from harness.engine.config import EngineConfig, validate_for_model
+from harness.engine.config import SPECS, EngineConfig, validate_for_model
 from harness.engine.guess.mtp import refusal as mtp_refusal
 from harness.engine.io import sysstats
 from harness.engine.io.dense import DenseWeights, effective_mode, sample_every
@@ -44,6 +44,21 @@ def check_model_file(path: str) -> None:
         raise UserError(f"{path}: is a directory; pass the .gguf file (first shard of a split model)")
     if not os.access(path, os.R_OK):
         raise UserError(f"{path}: permission denied; make the model file readable (chmod a+r)")
+
+
+def check_output_paths(cfg: EngineConfig) -> None:
+    """Every PATH the run will write (the flags declared `writes`), checked before the slow load: its directory
+    must exist (nothing is created for it) and the path must not be a directory. One line, exit 2."""
+    for s in SPECS:
+        path = getattr(cfg, s.name) if s.flag.writes else None
+        if not path:
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            what = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise UserError(f"{s.label} {path}: its directory {parent} {what}; create it first or write elsewhere")
+        if os.path.isdir(path):
+            raise UserError(f"{s.label} {path}: is a directory; give a file path")
 
 
 def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
@@ -136,6 +151,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     """Check the model, plan the cache (refusals come before the slow load), load, wire, open the sinks.
     `out` receives the generated text (or the progress lines)."""
     check_model_file(cfg.model)
+    check_output_paths(cfg)
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
     if cfg.mtp and (why := mtp_refusal(cfg.model, layout.arch, layout.n_layer_nextn)):

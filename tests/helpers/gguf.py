@@ -12,7 +12,7 @@ from harness.synth.gguf_encode import KV, TensorInfo, encode_header
 
 def header_only(path: Path, arch: str, tensors: list[tuple[str, tuple[int, ...]]], n_expert: int = 8) -> Path:
     kvs = [KV("general.architecture", VT.STRING, arch), KV(f"{arch}.expert_count", VT.UINT32, n_expert),
-           KV(f"{arch}.block_count", VT.UINT32, 1)]
+           KV(f"{arch}.expert_used_count", VT.UINT32, 2), KV(f"{arch}.block_count", VT.UINT32, 1)]
     infos, off = [], 0
     for name, ne in tensors:
         infos.append(TensorInfo(name, ne, 0, off))
