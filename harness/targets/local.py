@@ -249,15 +249,19 @@ class LocalTarget:
             raise
         with log:
             t0 = time.monotonic()
-            proc = subprocess.Popen(
-                full,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=self.env,
-                preexec_fn=_die_with_parent_fn(),
-            )
+            try:
+                proc = subprocess.Popen(
+                    full,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    env=self.env,
+                    preexec_fn=_die_with_parent_fn(),
+                )
+            except ValueError as e:  # a NUL byte in an argument (validation refuses those in a campaign file)
+                raise UserError(f"cannot start the engine: {e} in its command line; remove it from the "
+                                "campaign") from None
             pumps = _Pumps(proc, log, on_stdout_line)
             try:
                 deadline = t0 + timeout_s
