@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from harness import __version__
-from harness.engine.cache.budget import ExpertSizes, plan_cache
+from harness.engine.cache.budget import CapFit, ExpertSizes, plan_cache
 from harness.engine.cache.expert_cache import ExpertCache
 from harness.engine.config import SPECS, EngineConfig, validate_for_model
 from harness.engine.guess.mtp import refusal as mtp_refusal
@@ -121,6 +121,31 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
     return parts.hook
 
 
+def _check_cap(eng: Engine) -> None:
+    """A fixed cache under a memory cgroup limit: the dense weights, the budget and the runtime footprint measured
+    now (after the load, before the first token fills the cache) must fit, else one line naming the largest budget
+    that does (with --force-cache: a warning, and the run goes on)."""
+    plan, dense, hook = eng.parts.plan, eng.parts.dense, eng.parts.hook
+    if plan is None or plan.mode != "fixed" or not plan.budget_bytes:
+        return
+    limit, _use = sysstats.cgroup_memory()
+    anon = int(sysstats.proc_status()["RssAnon"] * MIB)
+    if limit is None or anon < 0:
+        return  # no limit, or no /proc/self/status to measure with
+    lay = eng.layout
+    dense_anon = min(lay.nonexpert_bytes, anon) if dense is not None and dense.mode == "anon" else 0
+    # evicted pages wait for the releaser thread: up to `every` layers' evictions, each at most k experts in decode
+    every = hook.releases.releaser.every if hook is not None else 0
+    release = every * eng.k * max(lay.expert_bytes_per_layer(), default=0)
+    fit = CapFit(limit, lay.nonexpert_bytes, plan.budget_bytes, anon - dense_anon,
+                 getattr(eng.session, "compute_buffer_bytes", None) or 0, release)
+    problem = fit.problem(eng.cfg.force_cache)
+    if problem and not eng.cfg.force_cache:
+        raise UserError(problem)
+    if problem:
+        eng.load_warnings.append(problem)
+
+
 def _trace_sink(eng: Engine, tracing: Tracing) -> TraceSink:
     from harness.engine.io.tracing import PERTURBS_COMPUTE, PERTURBS_IO
     from harness.formats.traces import COMPUTE_FORMAT, IO_FORMAT, TraceWriter
@@ -189,6 +214,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
         raise
     eng = Engine(cfg, layout, k, session, parts)
     try:
+        _check_cap(eng)
         if cfg.csv:
             eng.sinks.append(CsvSink(MetricsWriter(cfg.csv, eng.preamble())))
         if cfg.route_trace and parts.hook:

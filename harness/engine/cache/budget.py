@@ -101,3 +101,51 @@ def _auto(cfg: BudgetAsk, sizes: ExpertSizes, cycle: int, mem: MemReading) -> Ca
         return CachePlan(0, "auto", cycle, f"{note}: {why_not}, so no expert cache (auto falls back to "
                          "--cache-mb 0; the output is the same either way)")
     return CachePlan(budget, "auto", cycle, note)
+
+
+@dataclass(frozen=True)
+class CapFit:
+    """Whether a fixed cache fits under the memory cgroup's limit (`problem`), from what is measured at load.
+
+    The runtime footprint beyond the dense weights and the budget: the process's anonymous memory at load less the
+    dense weights' copies (the interpreter, llama.cpp's model, KV cache and context), llama.cpp's compute buffer
+    (reserved at load, first touched by the first decode) and the evicted pages the releaser thread has not given
+    back yet (up to a batch: `every` layers of k experts). Measured on the 1.1 GiB qwen3moe of
+    campaigns/peer-cxx.yaml under a 448 MiB cap (dense 139 MiB, anon): 67 + 36 + 30 MiB, so 176 MiB is the largest
+    cache; 176 and 160 ran 64 tokens, 190 was OOM-killed at 64 tokens, 200 at 24, 206 at 12 (without the release
+    allowance the largest would have been 206)."""
+
+    limit: int  # the cgroup's memory limit, bytes
+    dense: int  # the dense weights' bytes (resident in whichever form --dense-weights gives them)
+    budget: int  # the cache budget asked for
+    resident: int  # the process's anonymous memory at load, less the dense weights' copies
+    compute: int  # llama.cpp's compute buffer
+    release: int  # evicted pages not yet released, at most
+
+    @property
+    def runtime(self) -> int:
+        return self.resident + self.compute + self.release
+
+    @property
+    def need(self) -> int:
+        return self.dense + self.budget + self.runtime
+
+    @property
+    def largest_budget(self) -> int:
+        return max(self.limit - self.dense - self.runtime, 0)
+
+    def problem(self, force: bool) -> str | None:
+        """None when it fits; else the line: the refusal, or with --force-cache the warning."""
+        if self.need <= self.limit:
+            return None
+        fits = self.largest_budget // MIB
+        sums = (f"dense weights {self.dense / MIB:.0f} MiB + cache {self.budget / MIB:.0f} MiB + runtime "
+                f"{self.runtime / MIB:.0f} MiB (measured at load: {self.resident / MIB:.0f} resident, "
+                f"{self.compute / MIB:.0f} compute buffer, {self.release / MIB:.0f} evicted pages awaiting release) "
+                f"= {self.need / MIB:.0f} MiB, over the memory cgroup's limit of {self.limit / MIB:.0f} MiB")
+        what = f"--cache-mb {fits} is the largest that fits" if fits else "no cache fits (--cache-mb 0)"
+        if force:
+            return (f"bmoe: warning: --cache-mb {self.budget // MIB} will not fit: {sums}; the kernel's OOM killer "
+                    f"may end the run ({what}); going on because of --force-cache")
+        return (f"--cache-mb {self.budget // MIB} cannot fit: {sums}; {what} (or raise the limit; --force-cache "
+                "runs it anyway)")
