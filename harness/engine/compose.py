@@ -134,9 +134,12 @@ def _check_cap(eng: Engine) -> None:
         return  # no limit, or no /proc/self/status to measure with
     lay = eng.layout
     dense_anon = min(lay.nonexpert_bytes, anon) if dense is not None and dense.mode == "anon" else 0
-    # evicted pages wait for the releaser thread: up to `every` layers' evictions, each at most k experts in decode
-    every = hook.releases.releaser.every if hook is not None else 0
-    release = every * eng.k * max(lay.expert_bytes_per_layer(), default=0)
+    # evicted pages wait for the releaser thread (harness.engine.io.release): its open batch holds up to `every`
+    # layers' evictions, or is handed over once past max_bytes, so up to max_bytes plus one layer's evictions (a
+    # prompt's layer can evict every expert of the layer; never more than the budget)
+    rel = hook.releases.releaser if hook is not None else None
+    layer = min(max(lay.expert_bytes_per_layer(), default=0) * lay.n_expert, plan.budget_bytes)
+    release = max(rel.every * eng.k * max(lay.expert_bytes_per_layer(), default=0), rel.max_bytes + layer) if rel else 0
     fit = CapFit(limit, lay.nonexpert_bytes, plan.budget_bytes, anon - dense_anon,
                  getattr(eng.session, "compute_buffer_bytes", None) or 0, release)
     problem = fit.problem(eng.cfg.force_cache)

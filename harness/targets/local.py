@@ -302,7 +302,8 @@ class LocalTarget:
         if pumps.cb_error is not None:
             raise pumps.cb_error
         rc = proc.returncode
-        oom = cg.oom_kills() > 0 if cg is not None else False
+        kills = cg.oom_kills() if cg is not None else 0
+        oom = kills > 0
         peak = cg.peak_bytes() if cg is not None else None
         stderr_tail = "\n".join(pumps.stderr_tail)
 
@@ -310,7 +311,8 @@ class LocalTarget:
         if timed_out:
             reason = f"timeout after {timeout_s:g} s"
         elif oom:
-            reason = f"OOM-killed under the {self.mem_cap_mib} MiB cap"
+            assert cg is not None
+            reason = oom_reason(self.mem_cap_mib, cg.oom_file, kills)
         elif rc != 0:
             reason = exit_reason(rc, stderr_tail)
             full = _full_disk([str(Path(o).parent) for o in outputs] + [str(out_dir)])
@@ -328,6 +330,12 @@ class LocalTarget:
             peak_mem_mib=round(peak / 2**20, 1) if peak is not None else None,
             oom_killed=oom,
         )
+
+
+def oom_reason(cap_mib: int | None, oom_file: str, kills: int) -> str:
+    """What a run ended by the kernel's OOM killer inside its cap is told (the harness runner and the capped CLI)."""
+    return (f"killed by the kernel's OOM killer under the {cap_mib} MiB cap (cgroup {oom_file}: oom_kill {kills}); "
+            "give it a larger cap or ask less of it (a smaller --cache-mb)")
 
 
 def _collect(outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[str]]:

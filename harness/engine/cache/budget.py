@@ -105,15 +105,17 @@ def _auto(cfg: BudgetAsk, sizes: ExpertSizes, cycle: int, mem: MemReading) -> Ca
 
 @dataclass(frozen=True)
 class CapFit:
-    """Whether a fixed cache fits under the memory cgroup's limit (`problem`), from what is measured at load.
+    """Whether a fixed cache fits under the memory cgroup's limit (`problem`), from what is known at load.
 
-    The runtime footprint beyond the dense weights and the budget: the process's anonymous memory at load less the
-    dense weights' copies (the interpreter, llama.cpp's model, KV cache and context), llama.cpp's compute buffer
-    (reserved at load, first touched by the first decode) and the evicted pages the releaser thread has not given
-    back yet (up to a batch: `every` layers of k experts). Measured on the 1.1 GiB qwen3moe of
-    campaigns/peer-cxx.yaml under a 448 MiB cap (dense 139 MiB, anon): 67 + 36 + 30 MiB, so 176 MiB is the largest
-    cache; 176 and 160 ran 64 tokens, 190 was OOM-killed at 64 tokens, 200 at 24, 206 at 12 (without the release
-    allowance the largest would have been 206)."""
+    The runtime footprint beyond the dense weights and the budget, at most: the process's anonymous memory measured
+    at load less the dense weights' copies (the interpreter, llama.cpp's model, KV cache and context), llama.cpp's
+    compute buffer (reserved at load, touched by the first decode), and the evicted pages the releaser thread may not
+    have given back yet (its open batch: up to `max_bytes` plus one layer's evictions). A bound, not a forecast: on
+    the 1.1 GiB qwen3moe of campaigns/peer-cxx.yaml under a 448 MiB cap (dense 139 MiB, anon) it is 67 + 36 + 145
+    MiB, so 61 MiB is the largest cache it allows, where 160 and 176 ran 64 tokens and 190 was OOM-killed at 64
+    tokens, 200 at 24, 206 at 12; on tests/faults/test_engine_cap.py's 100 MB model the releaser's lag reached
+    50-60 MiB (a cache of 23 MiB was OOM-killed where the anonymous memory at load plus the compute buffer and a
+    decode's evictions said it would fit)."""
 
     limit: int  # the cgroup's memory limit, bytes
     dense: int  # the dense weights' bytes (resident in whichever form --dense-weights gives them)
@@ -139,9 +141,9 @@ class CapFit:
         if self.need <= self.limit:
             return None
         fits = self.largest_budget // MIB
-        sums = (f"dense weights {self.dense / MIB:.0f} MiB + cache {self.budget / MIB:.0f} MiB + runtime "
-                f"{self.runtime / MIB:.0f} MiB (measured at load: {self.resident / MIB:.0f} resident, "
-                f"{self.compute / MIB:.0f} compute buffer, {self.release / MIB:.0f} evicted pages awaiting release) "
+        sums = (f"dense weights {self.dense / MIB:.0f} MiB + cache {self.budget / MIB:.0f} MiB + runtime up to "
+                f"{self.runtime / MIB:.0f} MiB ({self.resident / MIB:.0f} resident at load, {self.compute / MIB:.0f} "
+                f"compute buffer, {self.release / MIB:.0f} evicted pages awaiting release) "
                 f"= {self.need / MIB:.0f} MiB, over the memory cgroup's limit of {self.limit / MIB:.0f} MiB")
         what = f"--cache-mb {fits} is the largest that fits" if fits else "no cache fits (--cache-mb 0)"
         if force:
