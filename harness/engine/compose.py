@@ -133,15 +133,17 @@ def _check_cap(eng: Engine) -> None:
     if limit is None or anon < 0:
         return  # no limit, or no /proc/self/status to measure with
     lay = eng.layout
+    # anonymous dense copies cannot be reclaimed; dense weights in the page cache (mmap, warm) can, at the cost of
+    # the cliff (major faults every token), not of an OOM kill, so they are not counted
     dense_anon = min(lay.nonexpert_bytes, anon) if dense is not None and dense.mode == "anon" else 0
     # evicted pages wait for the releaser thread (harness.engine.io.release): its open batch holds up to `every`
-    # layers' evictions, or is handed over once past max_bytes, so up to max_bytes plus one layer's evictions (a
-    # prompt's layer can evict every expert of the layer; never more than the budget)
+    # layers' evictions, a decode layer's at most k experts (a prompt's bursts can hold more: budget.CapFit)
     rel = hook.releases.releaser if hook is not None else None
-    layer = min(max(lay.expert_bytes_per_layer(), default=0) * lay.n_expert, plan.budget_bytes)
-    release = max(rel.every * eng.k * max(lay.expert_bytes_per_layer(), default=0), rel.max_bytes + layer) if rel else 0
-    fit = CapFit(limit, lay.nonexpert_bytes, plan.budget_bytes, anon - dense_anon,
-                 getattr(eng.session, "compute_buffer_bytes", None) or 0, release)
+    release = rel.every * eng.k * max(lay.expert_bytes_per_layer(), default=0) if rel is not None else 0
+    # a prompt's batch can route to every expert of a layer, all resident while that layer runs
+    layer = max(lay.expert_bytes_per_layer(), default=0) * lay.n_expert
+    fit = CapFit(limit, dense_anon, plan.budget_bytes, anon - dense_anon,
+                 getattr(eng.session, "compute_buffer_bytes", None) or 0, release, layer)
     problem = fit.problem(eng.cfg.force_cache)
     if problem and not eng.cfg.force_cache:
         raise UserError(problem)

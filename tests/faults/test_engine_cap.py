@@ -39,8 +39,8 @@ def test_the_fit_and_its_lines():
                  release=30 * MIB)
     assert fit.runtime == 133 * MIB and fit.need == 572 * MIB and fit.largest_budget == 176 * MIB
     line = fit.problem(force=False)
-    assert line is not None and line.startswith("--cache-mb 300 cannot fit: dense weights 139 MiB + cache 300 MiB + "
-                                                "runtime up to 133 MiB")
+    assert line is not None and line.startswith(
+        "--cache-mb 300 cannot fit: dense weights 139 MiB (anonymous) + cache 300 MiB + runtime 133 MiB")
     assert "limit of 448 MiB; --cache-mb 176 is the largest that fits" in line and "\n" not in line
     warn = fit.problem(force=True)
     assert warn is not None and warn.startswith("bmoe: warning: --cache-mb 300 will not fit")
@@ -48,6 +48,13 @@ def test_the_fit_and_its_lines():
     assert CapFit(448 * MIB, 139 * MIB, 176 * MIB, 67 * MIB, 36 * MIB, 30 * MIB).problem(force=False) is None
     none = CapFit(200 * MIB, 139 * MIB, 50 * MIB, 67 * MIB, 0, 0).problem(force=False)
     assert none is not None and "no cache fits (--cache-mb 0)" in none
+    # a budget under one layer's experts: the rest of that layer counts too, and no budget fits below the layer
+    small = CapFit(128 * MIB, 4 * MIB, 23 * MIB, 61 * MIB, 27 * MIB, 13 * MIB, layer=24 * MIB)
+    assert small.burst == 1 * MIB and small.need == 129 * MIB and small.largest_budget == 0
+    line = small.problem(force=False)
+    assert line is not None and "1 of a prompt layer beyond the cache" in line and "no cache fits" in line
+    roomy = CapFit(192 * MIB, 4 * MIB, 100 * MIB, 61 * MIB, 27 * MIB, 13 * MIB, layer=24 * MIB)
+    assert roomy.burst == 0 and roomy.largest_budget == 87 * MIB
 
 
 @pytest.fixture(scope="module")

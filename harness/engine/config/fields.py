@@ -84,7 +84,9 @@ class EngineConfig:
     cache_ceil_mb: int | None = opt(None, "--cache-ceil-mb", lo=0, stream_only=True,
                                     help="ceiling for --cache-mb auto, MiB")
     force_cache: bool = opt(False, "--force-cache", stream_only=True,
-                            help="accept a cache budget below one token cycle T (recency policies hit ~0% there)")
+                            help="accept a cache budget below one token cycle T (recency policies hit ~0% there), "
+                            "or one that will not fit under the memory cgroup's limit (a warning; the OOM killer may "
+                            "end the run)")
     cache_preload: bool = opt(False, "--cache-preload", stream_only=True,
                               help="read every expert into the cache at its first pass (needs a budget >= all experts)")
     io_threads: int = opt(4, "--io-threads", lo=1, hi=IO_THREADS_MAX, stream_only=True, help="parallel read lanes")
