@@ -8,6 +8,7 @@ the engine would refuse) live in `validate.py`."""
 from __future__ import annotations
 
 import difflib
+import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,7 @@ def load_campaign(path: Path | str, overrides: list[str] | tuple[str, ...] = ())
     path = Path(path)
     doc = read_document(path, shown)
     apply_overrides(doc, overrides)
+    doc.problems += unpassable_strings(doc.data, (), doc)
     try:
         spec = CampaignFile.model_validate(doc.data)
     except ValidationError as e:
@@ -112,6 +114,35 @@ def load_campaign(path: Path | str, overrides: list[str] | tuple[str, ...] = ())
     return Campaign.model_construct(**{**fields, "axes": axes, "cells": cells}, source=shown,
                                     base_dir=str(path.parent), lines={str(k): doc.top(str(k)) for k in doc.data},
                                     overrides=tuple(overrides))
+
+
+def _unpassable(text: str) -> str | None:
+    """Why a string cannot become a process argument or a path (a NUL byte; a lone surrogate), or None."""
+    if "\0" in text:
+        return "a NUL byte (\\0)"
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as e:
+        return f"the character U+{ord(text[e.start]):04X}, which has no bytes in the file system's encoding"
+    return None
+
+
+def unpassable_strings(data: object, loc: Loc, doc: Document) -> list[tuple[Where, str]]:
+    """Every key and string value that could not be passed to the engine (prompts, flag values, paths and the
+    quality template all become argv elements or paths: a NUL byte would stop the run at its first start)."""
+    out: list[tuple[Where, str]] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(k, str) and (why := _unpassable(k)):
+                out.append((doc.line(loc + (k,), key=True), f"a key of {loc_name(loc)} contains {why}; remove it"))
+            out += unpassable_strings(v, loc + (k,), doc)
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += unpassable_strings(v, loc + (i,), doc)
+    elif isinstance(data, str) and (why := _unpassable(data)):
+        out.append((doc.line(loc, key=True), f"{loc_name(loc)} contains {why}: it cannot be passed to a "
+                    "process or be part of a path; remove it"))
+    return out
 
 
 def _axis(ax: FlagAxis | BundleAxis, loc: Loc, doc: Document) -> Axis:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import TextIO
 
 from harness import __version__
-from harness.engine.cache.budget import ExpertSizes, plan_cache
+from harness.engine.cache.budget import CapFit, ExpertSizes, plan_cache
 from harness.engine.cache.expert_cache import ExpertCache
-from harness.engine.config import EngineConfig, validate_for_model
+from harness.engine.config import SPECS, EngineConfig, validate_for_model
 from harness.engine.guess.mtp import refusal as mtp_refusal
 from harness.engine.io import sysstats
 from harness.engine.io.dense import DenseWeights, effective_mode, sample_every
@@ -44,6 +44,21 @@ def check_model_file(path: str) -> None:
         raise UserError(f"{path}: is a directory; pass the .gguf file (first shard of a split model)")
     if not os.access(path, os.R_OK):
         raise UserError(f"{path}: permission denied; make the model file readable (chmod a+r)")
+
+
+def check_output_paths(cfg: EngineConfig) -> None:
+    """Every PATH the run will write (the flags declared `writes`), checked before the slow load: its directory
+    must exist (nothing is created for it) and the path must not be a directory. One line, exit 2."""
+    for s in SPECS:
+        path = getattr(cfg, s.name) if s.flag.writes else None
+        if not path:
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            what = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise UserError(f"{s.label} {path}: its directory {parent} {what}; create it first or write elsewhere")
+        if os.path.isdir(path):
+            raise UserError(f"{s.label} {path}: is a directory; give a file path")
 
 
 def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
@@ -106,6 +121,36 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
     return parts.hook
 
 
+def _check_cap(eng: Engine) -> None:
+    """A fixed cache under a memory cgroup limit: the dense weights, the budget and the runtime footprint measured
+    now (after the load, before the first token fills the cache) must fit, else one line naming the largest budget
+    that does (with --force-cache: a warning, and the run goes on)."""
+    plan, dense, hook = eng.parts.plan, eng.parts.dense, eng.parts.hook
+    if plan is None or plan.mode != "fixed" or not plan.budget_bytes:
+        return
+    limit, _use = sysstats.cgroup_memory()
+    anon = int(sysstats.proc_status()["RssAnon"] * MIB)
+    if limit is None or anon < 0:
+        return  # no limit, or no /proc/self/status to measure with
+    lay = eng.layout
+    # anonymous dense copies cannot be reclaimed; dense weights in the page cache (mmap, warm) can, at the cost of
+    # the cliff (major faults every token), not of an OOM kill, so they are not counted
+    dense_anon = min(lay.nonexpert_bytes, anon) if dense is not None and dense.mode == "anon" else 0
+    # evicted pages wait for the releaser thread (harness.engine.io.release): its open batch holds up to `every`
+    # layers' evictions, a decode layer's at most k experts (a prompt's bursts can hold more: budget.CapFit)
+    rel = hook.releases.releaser if hook is not None else None
+    release = rel.every * eng.k * max(lay.expert_bytes_per_layer(), default=0) if rel is not None else 0
+    # a prompt's batch can route to every expert of a layer, all resident while that layer runs
+    layer = max(lay.expert_bytes_per_layer(), default=0) * lay.n_expert
+    fit = CapFit(limit, dense_anon, plan.budget_bytes, anon - dense_anon,
+                 getattr(eng.session, "compute_buffer_bytes", None) or 0, release, layer)
+    problem = fit.problem(eng.cfg.force_cache)
+    if problem and not eng.cfg.force_cache:
+        raise UserError(problem)
+    if problem:
+        eng.load_warnings.append(problem)
+
+
 def _trace_sink(eng: Engine, tracing: Tracing) -> TraceSink:
     from harness.engine.io.tracing import PERTURBS_COMPUTE, PERTURBS_IO
     from harness.formats.traces import COMPUTE_FORMAT, IO_FORMAT, TraceWriter
@@ -136,6 +181,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     """Check the model, plan the cache (refusals come before the slow load), load, wire, open the sinks.
     `out` receives the generated text (or the progress lines)."""
     check_model_file(cfg.model)
+    check_output_paths(cfg)
     layout = load_layout(cfg.model)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
     if cfg.mtp and (why := mtp_refusal(cfg.model, layout.arch, layout.n_layer_nextn)):
@@ -173,6 +219,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
         raise
     eng = Engine(cfg, layout, k, session, parts)
     try:
+        _check_cap(eng)
         if cfg.csv:
             eng.sinks.append(CsvSink(MetricsWriter(cfg.csv, eng.preamble())))
         if cfg.route_trace and parts.hook:

@@ -4,7 +4,9 @@
 
 stdin/stdout/stderr pass through. At the end one line goes to stderr:
     BMOE_CAPPED {"mem_cap_mib": 2048, "peak_mib": 1987.4, "oom_killed": false, "exit_code": 0, "wall_s": 12.3}
-(peak includes page cache charged to the cgroup: memory.max_usage_in_bytes on v1, memory.peak on v2).
+(peak includes page cache charged to the cgroup: memory.max_usage_in_bytes on v1, memory.peak on v2). A command the
+kernel's OOM killer ended (it cannot say so itself: SIGKILL) gets a line of its own before that one, and the record's
+`oom_reason`.
 Exit status: the command's; 128+N if killed by signal N (137 for an OOM kill).
 """
 
@@ -19,7 +21,7 @@ import time
 
 from harness.errors import UserError
 from harness.targets.cgroup import CappedCgroup, locate_self
-from harness.targets.local import drop_page_cache
+from harness.targets.local import drop_page_cache, oom_reason
 
 
 def run_capped(cmd: list[str], mem_mib: int, drop_caches: bool = False) -> dict:
@@ -43,6 +45,7 @@ def run_capped(cmd: list[str], mem_mib: int, drop_caches: bool = False) -> dict:
             "mem_cap_mib": mem_mib,
             "peak_mib": round(peak / 2**20, 1) if peak is not None else None,
             "oom_killed": cg.oom_kills() > 0,
+            "oom_reason": oom_reason(mem_mib, cg.oom_file, cg.oom_kills()) if cg.oom_kills() else None,
             "exit_code": rc if rc >= 0 else None,
             "signal": -rc if rc < 0 else None,
             "wall_s": round(wall, 3),
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"Error: {e}\n")
         return e.exit_code
     line = json.dumps(rec)
+    if rec["oom_reason"]:  # the command cannot say it: the kernel killed it with SIGKILL
+        sys.stderr.write(f"capped: {cmd[0]} was {rec['oom_reason']}\n")
     sys.stderr.write(f"BMOE_CAPPED {line}\n")
     if args.json:
         with open(args.json, "w") as f:

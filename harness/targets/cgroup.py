@@ -184,10 +184,14 @@ class CappedCgroup:
     def pids(self) -> list[int]:
         return [int(x) for x in (_read(self.procs_file) or "").split()]
 
+    @property
+    def oom_file(self) -> str:
+        """Where the kernel counts this cgroup's OOM kills (the `oom_kill` line)."""
+        return "memory.events" if self.base.version == 2 else "memory.oom_control"
+
     def oom_kills(self) -> int:
         """How many processes the OOM killer has killed in this cgroup (v1 oom_control / v2 events)."""
-        name = "memory.events" if self.base.version == 2 else "memory.oom_control"
-        for line in (_read(self.dir / name) or "").splitlines():
+        for line in (_read(self.dir / self.oom_file) or "").splitlines():
             k, _, v = line.partition(" ")
             if k == "oom_kill" and v.strip().isdigit():
                 return int(v)

@@ -249,15 +249,19 @@ class LocalTarget:
             raise
         with log:
             t0 = time.monotonic()
-            proc = subprocess.Popen(
-                full,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=self.env,
-                preexec_fn=_die_with_parent_fn(),
-            )
+            try:
+                proc = subprocess.Popen(
+                    full,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    env=self.env,
+                    preexec_fn=_die_with_parent_fn(),
+                )
+            except ValueError as e:  # a NUL byte in an argument (validation refuses those in a campaign file)
+                raise UserError(f"cannot start the engine: {e} in its command line; remove it from the "
+                                "campaign") from None
             pumps = _Pumps(proc, log, on_stdout_line)
             try:
                 deadline = t0 + timeout_s
@@ -298,7 +302,8 @@ class LocalTarget:
         if pumps.cb_error is not None:
             raise pumps.cb_error
         rc = proc.returncode
-        oom = cg.oom_kills() > 0 if cg is not None else False
+        kills = cg.oom_kills() if cg is not None else 0
+        oom = kills > 0
         peak = cg.peak_bytes() if cg is not None else None
         stderr_tail = "\n".join(pumps.stderr_tail)
 
@@ -306,7 +311,8 @@ class LocalTarget:
         if timed_out:
             reason = f"timeout after {timeout_s:g} s"
         elif oom:
-            reason = f"OOM-killed under the {self.mem_cap_mib} MiB cap"
+            assert cg is not None
+            reason = oom_reason(self.mem_cap_mib, cg.oom_file, kills)
         elif rc != 0:
             reason = exit_reason(rc, stderr_tail)
             full = _full_disk([str(Path(o).parent) for o in outputs] + [str(out_dir)])
@@ -324,6 +330,12 @@ class LocalTarget:
             peak_mem_mib=round(peak / 2**20, 1) if peak is not None else None,
             oom_killed=oom,
         )
+
+
+def oom_reason(cap_mib: int | None, oom_file: str, kills: int) -> str:
+    """What a run ended by the kernel's OOM killer inside its cap is told (the harness runner and the capped CLI)."""
+    return (f"killed by the kernel's OOM killer under the {cap_mib} MiB cap (cgroup {oom_file}: oom_kill {kills}); "
+            "give it a larger cap or ask less of it (a smaller --cache-mb)")
 
 
 def _collect(outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[str]]:

@@ -113,7 +113,8 @@ def test_allocation_past_the_cap_is_oom_killed_and_reported(tmp_path):
     code = "import sys; print('start', flush=True); x = b'x' * (400 << 20); print('survived', len(x))"
     out, lines = _run_py(target, code, tmp_path)
     assert out.oom_killed
-    assert out.reason == "OOM-killed under the 64 MiB cap"
+    assert out.reason.startswith("killed by the kernel's OOM killer under the 64 MiB cap (cgroup memory.")
+    assert "oom_kill 1)" in out.reason, out.reason
     assert out.exit_code is None and not out.ok
     assert lines == ["start"]
     assert out.peak_mem_mib is not None and 32 < out.peak_mem_mib <= 64.0
@@ -190,6 +191,9 @@ def test_capped_cli_reports_oom(tmp_path):
     assert r.returncode == 137
     rec = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("BMOE_CAPPED ")][-1].split(" ", 1)[1])
     assert rec["oom_killed"] is True and rec["exit_code"] is None
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("capped: ")]
+    assert len(said) == 1 and "was killed by the kernel's OOM killer under the 48 MiB cap" in said[0], r.stderr
+    assert rec["oom_reason"] in said[0]
 
 
 def test_v2_control_files_on_a_plain_directory_tree(tmp_path):

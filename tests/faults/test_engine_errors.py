@@ -100,3 +100,24 @@ def test_unreadable_model(model, tmp_path):
         caps = "-dac_override,-dac_read_search"
         prefix = ("setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}")
     one_line_error(run("-m", str(p), "--moe-stream", prefix=prefix), "permission denied", "m.gguf")
+
+
+@pytest.mark.parametrize("damage", ["used-0", "used-above-count", "used-missing"])
+def test_a_bad_expert_used_count_is_one_line_before_llama_cpp(model, tmp_path, damage):
+    """llama.cpp asserts on these (exit 134, a gdb backtrace on stdout): refused from the header first, by `bmoe`
+    and by `bmoe serve`, exit 2, nothing on stdout."""
+    from tests.helpers.gguf import with_kv
+
+    key = "qwen3moe.expert_used_count"
+    bad = tmp_path / f"{damage}.gguf"
+    if damage == "used-missing":
+        with_kv(model, bad, key, rename=key.replace("count", "cOunt"))
+        needles = (f"no {key}",)
+    else:
+        value = 0 if damage == "used-0" else 9
+        with_kv(model, bad, key, value)
+        needles = (f"{key} is {value}", "outside 1..8")
+    for sub in ((), ("serve", "--port", "0")):
+        p = run(*sub, "-m", str(bad), "-p", "hi", "-n", "2")
+        assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout[-400:])
+        one_line_error(p, str(bad), *needles)

@@ -32,6 +32,7 @@ def read_csv(path: Path) -> tuple[list[int], dict[str, float], dict[str, str]]:
 
 def bmoe(model: Path | str, *flags: str, n: int = 24, tmp: Path, env: dict[str, str] | None = None,
          prompt: str = PROMPT, prefix: list[str] | None = None) -> Run:
+    tmp.mkdir(parents=True, exist_ok=True)  # bmoe refuses an output path whose directory does not exist
     csv = tmp / f"run-{len(list(tmp.glob('run-*.csv')))}.csv"
     argv = (prefix or []) + BMOE + ["-m", str(model), "-p", prompt, "-n", str(n), "-t", "2", "--csv", str(csv), *flags]
     e = dict(os.environ)

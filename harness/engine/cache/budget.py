@@ -101,3 +101,61 @@ def _auto(cfg: BudgetAsk, sizes: ExpertSizes, cycle: int, mem: MemReading) -> Ca
         return CachePlan(0, "auto", cycle, f"{note}: {why_not}, so no expert cache (auto falls back to "
                          "--cache-mb 0; the output is the same either way)")
     return CachePlan(budget, "auto", cycle, note)
+
+
+@dataclass(frozen=True)
+class CapFit:
+    """Whether a fixed cache fits under the memory cgroup's limit (`problem`), from what is known at load.
+
+    The runtime footprint beyond the dense weights and the budget: the process's anonymous memory measured at load
+    less the dense weights' copies (the interpreter, llama.cpp's model, KV cache and context), llama.cpp's compute
+    buffer (reserved at load, touched by the first decode), the evicted pages the releaser thread may not have given
+    back yet (a decode batch: `every` layers of k experts) and, under a budget smaller than one layer's experts, the
+    rest of that layer (a prompt's batch can route to all of them at once). Measured on the 1.1 GiB qwen3moe of
+    campaigns/peer-cxx.yaml under a 448 MiB cap (dense 139 MiB, anon): 67 + 36 + 30 MiB, so 176 MiB is the largest
+    cache: 160 and 176 ran 64 tokens; 190 was OOM-killed at 64 tokens, 200 at 24, 206 at 12. Not a bound: a prompt's
+    evictions on a model whose layers compute fast can wait longer for the releaser (on the 100 MB model of
+    tests/faults/test_engine_cap.py the peak held 50-60 MiB more than a decode's; there a budget under one layer's
+    experts is refused by the last term, and one above it ran)."""
+
+    limit: int  # the cgroup's memory limit, bytes
+    dense: int  # the dense weights' anonymous copies (--dense-weights anon; in the page cache they are reclaimable)
+    budget: int  # the cache budget asked for
+    resident: int  # the process's anonymous memory at load, less the dense weights' copies
+    compute: int  # llama.cpp's compute buffer
+    release: int  # evicted pages not yet released (a decode batch)
+    layer: int = 0  # every expert of the largest layer (what a prompt's batch may need resident at once)
+
+    @property
+    def runtime(self) -> int:
+        return self.resident + self.compute + self.release + self.burst
+
+    @property
+    def burst(self) -> int:
+        return max(self.layer - self.budget, 0)
+
+    @property
+    def need(self) -> int:
+        return self.dense + self.budget + self.runtime
+
+    @property
+    def largest_budget(self) -> int:
+        room = self.limit - self.dense - self.resident - self.compute - self.release
+        return room if room >= self.layer else 0  # under one layer's experts the burst takes what the cache saves
+
+    def problem(self, force: bool) -> str | None:
+        """None when it fits; else the line: the refusal, or with --force-cache the warning."""
+        if self.need <= self.limit:
+            return None
+        fits = self.largest_budget // MIB
+        sums = (f"dense weights {self.dense / MIB:.0f} MiB (anonymous) + cache {self.budget / MIB:.0f} MiB + runtime "
+                f"{self.runtime / MIB:.0f} MiB ({self.resident / MIB:.0f} resident at load, {self.compute / MIB:.0f} "
+                f"compute buffer, {self.release / MIB:.0f} evicted pages awaiting release"
+                f"{f', {self.burst / MIB:.0f} of a prompt layer beyond the cache' if self.burst else ''}) "
+                f"= {self.need / MIB:.0f} MiB, over the memory cgroup's limit of {self.limit / MIB:.0f} MiB")
+        what = f"--cache-mb {fits} is the largest that fits" if fits else "no cache fits (--cache-mb 0)"
+        if force:
+            return (f"bmoe: warning: --cache-mb {self.budget // MIB} will not fit: {sums}; the kernel's OOM killer "
+                    f"may end the run ({what}); going on because of --force-cache")
+        return (f"--cache-mb {self.budget // MIB} cannot fit: {sums}; {what} (or raise the limit; --force-cache "
+                "runs it anyway)")

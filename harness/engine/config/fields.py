@@ -36,6 +36,7 @@ class Flag:
     show: Callable[[Any], object] | None = None  # the value as written in the preamble and the README
     required: bool = False  # unless an action flag is given
     action: bool = False  # print something and exit (--version): not part of the run's configuration
+    writes: bool = False  # a PATH the run writes (its directory must exist before the load: compose.check_output_paths)
 
 
 def opt(default: Any, *flags: str, help: str, **kw: Any) -> Any:
@@ -84,7 +85,9 @@ class EngineConfig:
     cache_ceil_mb: int | None = opt(None, "--cache-ceil-mb", lo=0, stream_only=True,
                                     help="ceiling for --cache-mb auto, MiB")
     force_cache: bool = opt(False, "--force-cache", stream_only=True,
-                            help="accept a cache budget below one token cycle T (recency policies hit ~0% there)")
+                            help="accept a cache budget below one token cycle T (recency policies hit ~0% there), "
+                            "or one that will not fit under the memory cgroup's limit (a warning; the OOM killer may "
+                            "end the run)")
     cache_preload: bool = opt(False, "--cache-preload", stream_only=True,
                               help="read every expert into the cache at its first pass (needs a budget >= all experts)")
     io_threads: int = opt(4, "--io-threads", lo=1, hi=IO_THREADS_MAX, stream_only=True, help="parallel read lanes")
@@ -127,7 +130,7 @@ class EngineConfig:
     top_k: int = opt(40, "--top-k", help="top-k sampling (with --temp > 0)")
     top_p: float = opt(0.95, "--top-p", help="top-p sampling (with --temp > 0)")
     seed: int = opt(42, "--seed", help="sampling seed (with --temp > 0)")
-    csv: str | None = opt(None, "--csv", metavar="PATH",
+    csv: str | None = opt(None, "--csv", metavar="PATH", writes=True,
                           help="write the per-token bmoe_metrics v2 CSV here (its preamble: the full resolved "
                           "configuration)")
     progress: bool = opt(False, "--progress", help="print BMOE_PROGRESS {json} lines per token on stdout")
@@ -135,7 +138,7 @@ class EngineConfig:
                                    help="answer every prompt of a bmoe-prompts v1 file (JSON lines) in this one "
                                    "process, greedy: each prompt is one CSV turn, the KV cache cleared between "
                                    "prompts, the model and the expert cache kept; -p is then not used")
-    replies: str | None = opt(None, "--replies", metavar="PATH",
+    replies: str | None = opt(None, "--replies", metavar="PATH", writes=True,
                               help="with --prompts-file: write each reply (id, prompt as sent, reply, tokens, "
                               "times) here as bmoe-replies v1 JSON lines")
     fidelity_ref: str | None = opt(None, "--fidelity-ref", metavar="OUT",
@@ -161,13 +164,13 @@ class EngineConfig:
                          "keeping the prompt prefix already in the KV cache; each reply is then bit-identical to a "
                          "fresh run of the same prompt (llama.cpp's CPU kernels are not batch-size invariant, so a "
                          "reused prefix can change a near-tie)")
-    route_trace: str | None = opt(None, "--route-trace", metavar="PATH", stream_only=True,
+    route_trace: str | None = opt(None, "--route-trace", metavar="PATH", writes=True, stream_only=True,
                                   help="write the route_trace v1 file of every routing decision here")
-    io_trace: str | None = opt(None, "--io-trace", metavar="PATH", stream_only=True,
+    io_trace: str | None = opt(None, "--io-trace", metavar="PATH", writes=True, stream_only=True,
                                help="write the io_trace v1 file here: one row per expert-slice read (token, layer, "
                                "expert, lane, file offset, bytes, issued/started/finished ns, demand or speculative, "
                                "used or wasted); tracing perturbs the run slightly")
-    compute_trace: str | None = opt(None, "--compute-trace", metavar="PATH", stream_only=True,
+    compute_trace: str | None = opt(None, "--compute-trace", metavar="PATH", writes=True, stream_only=True,
                                     help="write the compute_trace v1 file here: the compute thread's time per token "
                                     "and layer span (compute, wait on reads, hook), on the io_trace's clock; "
                                     "tracing perturbs the run slightly")

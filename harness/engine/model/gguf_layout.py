@@ -267,13 +267,29 @@ def _int(v: object) -> int:
     return int(v or 0) if not isinstance(v, list) else max((int(x) for x in v), default=0)
 
 
-def _expert_used(kv: dict[str, object], arch: str, n_layer: int, path: Path) -> tuple[tuple[int, ...], bool]:
-    v = kv.get(f"{arch}.expert_used_count")
+def _expert_used(kv: dict[str, object], arch: str, n_layer: int, n_expert: int,
+                 path: Path) -> tuple[tuple[int, ...], bool]:
+    """The top-k per layer, checked here because llama.cpp aborts the process (an assert, no error) on a
+    missing, zero or above-expert_count value."""
+    key = f"{arch}.expert_used_count"
+    if key not in kv:
+        raise UserError(f"{path}: no {key} in the GGUF metadata of a MoE model ({arch}.expert_count is "
+                        f"{n_expert}); the file is damaged or was written incompletely, convert it again")
+    v = kv[key]
+    values = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in values):
+        raise UserError(f"{path}: {key} is not an integer; the file is damaged, convert it again")
+    # a per-layer array may hold 0 for a layer without experts (checked against the layers in load_layout)
+    low = 0 if isinstance(v, list) else 1
+    bad = next((x for x in values if not low <= x <= n_expert), None)
+    if bad is not None or max(values, default=0) < 1:
+        raise UserError(f"{path}: {key} is {v if bad is None else bad}, outside 1..{n_expert} ({arch}.expert_count); "
+                        "the file is damaged, convert it again")
     if isinstance(v, list):
         if len(v) != n_layer:
-            raise UserError(f"{path}: {arch}.expert_used_count has {len(v)} values for {n_layer} layers")
+            raise UserError(f"{path}: {key} has {len(v)} values for {n_layer} layers")
         return tuple(int(x) for x in v), True
-    return (int(v or 0),) * n_layer, False
+    return (int(v),) * n_layer, False
 
 
 def _unknown_layout(path: Path, arch: str, names: list[str]) -> UserError:
@@ -305,7 +321,7 @@ def load_layout(model: Path | str) -> ModelLayout:
     paths = shard_paths(first, h0.kv)
     headers = [h0] + [read_header(p, i) for i, p in enumerate(paths[1:], start=1)]
     n_layer = int(h0.kv.get(f"{arch}.block_count", 0) or 0)
-    used, is_arr = _expert_used(h0.kv, arch, n_layer, first)
+    used, is_arr = _expert_used(h0.kv, arch, n_layer, n_expert, first)
     n_nextn = int(h0.kv.get(f"{arch}.nextn_predict_layers", 0) or 0)
     if not 0 <= n_nextn < n_layer:
         raise UserError(f"{first}: {arch}.nextn_predict_layers is {n_nextn} of {n_layer} layers")
@@ -351,6 +367,9 @@ def load_layout(model: Path | str) -> ModelLayout:
     if not lay.experts:
         raise _unknown_layout(first, arch, [t.name for h in headers for t in h.tensors])
     for il, ts in lay.by_layer.items():
+        if il < n_layer and not lay.expert_used_by_layer[il]:
+            raise UserError(f"{first}: {arch}.expert_used_count is 0 for layer {il}, which has experts; the file "
+                            "is damaged, convert it again")
         kinds = sorted(t.kind for t in ts)
         want = set(row.expert_tensors)
         for f, parts in fused.items():

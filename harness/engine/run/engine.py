@@ -56,6 +56,7 @@ class Engine:
     parts: Parts
     sinks: list[Sink] = field(default_factory=list)
     pressure: Pressure | None = None  # the last run's memory-pressure totals
+    load_warnings: list[str] = field(default_factory=list)  # found at load (a forced cache over the cgroup limit)
 
     def notes(self) -> list[str]:
         """What the run is about to do, for stderr."""
@@ -80,7 +81,7 @@ class Engine:
         if cfg.route_replay:
             out.append(f"bmoe: route replay from {cfg.route_replay}: routing follows the trace, so the output "
                        "text is meaningless; timings and bytes are the point")
-        return out
+        return out + self.load_warnings
 
     def run(self, between_tokens: Callable[[], None] = lambda: None) -> RunResult:
         """Generate, feeding every sink each token row; `between_tokens` runs before each row is handed out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Callable
@@ -64,6 +65,17 @@ def _on_log(level, text, _ud) -> None:
             _LOG_LINES.append(s)
     except Exception:  # noqa: BLE001 - never raise into C
         pass
+
+
+_COMPUTE_BUF_RE = re.compile(r"compute buffer size\s*=\s*([0-9.]+) MiB")
+
+
+def compute_buffer_bytes(lines) -> int | None:
+    """What llama.cpp reserved for its compute graph, from its own log lines of the context's creation (the
+    buffer is reserved there and first touched by the first decode, so the process's RSS at load does not show
+    it yet); None when the log does not say."""
+    sizes = [float(m.group(1)) for s in lines if (m := _COMPUTE_BUF_RE.search(s))]
+    return int(sum(sizes) * 1048576) if sizes else None
 
 
 def _log_callback(L):
@@ -207,6 +219,7 @@ class Session:
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context: {self.last_log()}")
+        self.compute_buffer_bytes = compute_buffer_bytes(self._log)
         if self.cfg.mtp:
             self.mtp = MtpDrafter(L, self.model, self.ctx, self.cfg.ctx, threads, self.last_log)
 

@@ -5,6 +5,7 @@ Each sink takes every `TokenRow` with its text delta, then the summary once, the
 
 from __future__ import annotations
 
+import codecs
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
@@ -98,22 +99,46 @@ class TextSink:
     def __init__(self, out: TextIO, progress: bool):
         self.out = out
         self.progress = progress
+        self._dec = codecs.getincrementaldecoder("utf-8")("replace")
+        # the line of a token that ended inside a UTF-8 character, written with the next token (or at the end, where
+        # the cut-off character's U+FFFD joins it)
+        self._held: tuple[TokenRow, str] | None = None
 
     def row(self, row: TokenRow, text: str) -> None:
         """`text` holds the token's raw bytes (undecodable ones as surrogate escapes): plain output writes
-        those bytes as they are; a progress line is JSON, so it carries them as U+FFFD."""
+        those bytes as they are; a progress line is JSON, so its text is decoded incrementally: the bytes of a
+        character split over tokens wait for the rest and come whole in the line of the token that completes
+        it, so the lines' texts joined are the whole output decoded (U+FFFD only where that has one)."""
         raw = text.encode("utf-8", "surrogateescape")
         if self.progress:
-            self.out.write(progress_line(row, raw.decode("utf-8", "replace")) + "\n")
-        elif hasattr(self.out, "buffer"):
+            self._release("")
+            piece = self._dec.decode(raw)
+            if self._dec.getstate()[0]:
+                self._held = (row, piece)
+            else:
+                self._write(progress_line(row, piece) + "\n")
+            return
+        if hasattr(self.out, "buffer"):
             self.out.flush()
             self.out.buffer.write(raw)
         else:
             self.out.write(raw.decode("utf-8", "replace"))
         self.out.flush()
 
+    def _write(self, line: str) -> None:
+        self.out.write(line)
+        self.out.flush()
+
+    def _release(self, tail: str) -> None:
+        if self._held is not None:
+            (row, piece), self._held = self._held, None
+            self._write(progress_line(row, piece + tail) + "\n")
+
     def finish(self, summary: Summary) -> None:
-        if not self.progress:
+        if self.progress:
+            self._release(self._dec.decode(b"", final=True))
+            self._dec.reset()
+        else:
             self.out.write("\n")
 
     def close(self) -> None:
