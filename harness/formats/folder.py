@@ -11,6 +11,10 @@ and the report reads it (harness.campaigns.store describes the folder; each file
         replies.jsonl             REPLIES_FILE: a quality run's replies (harness.formats.replies)
         io_trace.csv              IO_TRACE_FILE, COMPUTE_TRACE_FILE: a traced run's traces (harness.formats.traces)
         compute_trace.csv
+    fidelity.ref                  FIDELITY_REF: a fidelity campaign's reference (harness.formats.fidelity), made once
+    fidelity-ref.log              FIDELITY_REF_LOG: its engine's stdout and stderr (both hashed in the manifest)
+    runs/<run_id>/fidelity.csv    FIDELITY_CSV, FIDELITY_LOG: a scored cell's per-position figures against it and
+    runs/<run_id>/fidelity.log    its scoring run's output (the cell's first-round run only)
     prompts.jsonl                 PROMPTS_FILE: a quality campaign's questions, as handed to every run
     findings.md, results.csv      FINDINGS, RESULTS: written by `bmoe-bench report` (a replay study's folder
                                   has its findings.md too)
@@ -35,3 +39,7 @@ FINDINGS = "findings.md"
 RESULTS = "results.csv"
 PLOTS_DIR = "plots"
 GRADES_FILE = "grades.json"
+FIDELITY_REF = "fidelity.ref"
+FIDELITY_REF_LOG = "fidelity-ref.log"
+FIDELITY_CSV = "fidelity.csv"
+FIDELITY_LOG = "fidelity.log"
