@@ -36,17 +36,21 @@ def text_of(c: Campaign) -> str:
                         f"{c.base_dir or '.'})") from None
 
 
+def _given(v: FlagValue) -> bool:  # a flag's value that puts it on the command line (0 included)
+    return v is not None and v is not False
+
+
 def _scoring_flags(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
     """A cell's flags as a scoring run takes them: no context size, --drop-in-prefill wherever a drop rule is set."""
     out = {k: v for k, v in flags.items() if k not in CTX_FLAGS}
-    if out.get(DROP) not in (None, False):
+    if _given(out.get(DROP)):
         out[DROP_IN_PREFILL] = True
     return out
 
 
 def drop_added(flags: dict[str, FlagValue]) -> bool:
     """Whether scoring this cell adds --drop-in-prefill to its own flags."""
-    return flags.get(DROP) not in (None, False) and flags.get(DROP_IN_PREFILL) in (None, False)
+    return _given(flags.get(DROP)) and not _given(flags.get(DROP_IN_PREFILL))
 
 
 def ref_flags(c: Campaign, base: Cell) -> dict[str, FlagValue]:
@@ -90,7 +94,7 @@ def plan_scoring(c: Campaign, cells: list[Cell]) -> Scoring:
     lossy = [s.name for s in SPECS if s.flag.lossy]
     scored, problems = [], []
     for cell in cells:
-        if cell.flags.get(ROUTE_AHEAD) not in (None, False, 0):
+        if _given(cell.flags.get(ROUTE_AHEAD)) and str(cell.flags.get(ROUTE_AHEAD)) != "0":
             problems.append(f"{c.place(cell.line)}: cell {cell.label}: --route-ahead acts only while decoding one "
                             f"token at a time, so teacher-forced scoring cannot measure it; move the cell to a "
                             f"campaign without a fidelity section")
