@@ -30,6 +30,11 @@ class Resolved(Protocol):
 
     def argv0(self, label: str) -> list[str]: ...
 
+    def versions(self) -> dict[str, str]: ...
+
+
+PYTHON_ENGINE = "bmoe "  # how the Python engine's `--version` line starts (the C++ engine's is its version alone)
+
 
 def ensure_reference(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved, console: Console
                      ) -> None:
@@ -38,6 +43,11 @@ def ensure_reference(plan: Plan, m: Manifest, folder: Path, target: Target, res:
     c = plan.campaign
     if c.fidelity is None or (m.fidelity_ref is not None and m.fidelity_ref.status == "ok"):
         return
+    other = {k or "engine": v for k, v in res.versions().items() if not v.startswith(PYTHON_ENGINE)}
+    if other:
+        k, v = next(iter(other.items()))
+        raise UserError(f"{folder}: fidelity: {k} says it is {v!r}, not the Python engine (its --version starts "
+                        f"with {PYTHON_ENGINE!r}); only the Python engine has a logits output to score")
     base = next(x for x in plan.cells if x.is_base and x.engine == (c.engine_labels()[0] if c.engines else ""))
     tmp = store.tmp_run_dir(folder, REF_RUN)
     shutil.rmtree(tmp, ignore_errors=True)

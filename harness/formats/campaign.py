@@ -315,9 +315,10 @@ class CampaignFile(_Model):
             return []
         kinds = {e.kind for e in self.engines.values()} if self.engines else {self.engine.kind}
         out = self.fidelity.problems()
-        if kinds != {"bmoe"}:
-            out.append((("fidelity",), "fidelity: only engine bmoe (the Python engine) writes logits; an external "
-                                       "engine (the C++ bmoe-cli included) has no logits output"))
+        if kinds != {"bmoe"} and not self.fidelity.python_engine:
+            out.append((("fidelity",), "fidelity: the C++ engine (bmoe-cli) has no logits output, so an external "
+                                       "engine cannot be scored; use engine bmoe, or over adb an external engine "
+                                       "that runs the Python engine with fidelity.python_engine: true"))
         return out
 
     def _traces_problems(self) -> list[tuple[Loc, str]]:

@@ -27,6 +27,9 @@ class FidelitySpec(BaseModel):
                                               "(0: the whole vocabulary, exact)")
     flags: Flags = Field(default_factory=dict, description=(
         "the reference's knobs, added to the base cell's flags (they must be lossless), e.g. {--n-expert-used: 0}"))
+    python_engine: bool = Field(False, description=(
+        "true when the campaign's external engine is the Python engine (over adb: a script running `python -m "
+        "harness.engine.cli` on the device); the C++ bmoe-cli has no logits output and cannot be scored"))
     cells: Literal["lossy", "all"] = Field("lossy", description=(
         "which cells are scored: lossy (a lossy knob differs from the reference's) or all (lossless ones give 0)"))
 
