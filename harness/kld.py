@@ -260,8 +260,8 @@ class ChunkInterval:
 
 
 def chunk_interval(kld: np.ndarray, chunk: np.ndarray, confidence: float = 0.95) -> ChunkInterval:
-    """mean +- t(confidence, n-1) * sd(chunk means) / sqrt(n) over the n chunks; no interval (low = high = nan)
-    below two chunks."""
+    """mean +- t(confidence, n-1) * sd(chunk means) / sqrt(n) over the n chunks, the low end clipped at 0 (a KLD
+    is never negative); no interval (low = high = nan) below two chunks."""
     from scipy.special import stdtrit
 
     kld, chunk = np.asarray(kld, dtype=np.float64), np.asarray(chunk)
@@ -271,4 +271,4 @@ def chunk_interval(kld: np.ndarray, chunk: np.ndarray, confidence: float = 0.95)
     if len(ids) < 2:
         return ChunkInterval(mean, float("nan"), float("nan"), len(ids), confidence)
     half = float(stdtrit(len(ids) - 1, 0.5 + confidence / 2)) * float(means.std(ddof=1)) / np.sqrt(len(ids))
-    return ChunkInterval(mean, mean - half, mean + half, len(ids), confidence)
+    return ChunkInterval(mean, max(0.0, mean - half), mean + half, len(ids), confidence)
