@@ -49,8 +49,10 @@ def _scoring_flags(flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
 
 
 def drop_added(flags: dict[str, FlagValue]) -> bool:
-    """Whether scoring this cell adds --drop-in-prefill to its own flags."""
-    return _given(flags.get(DROP)) and not _given(flags.get(DROP_IN_PREFILL))
+    """Whether scoring this cell adds --drop-in-prefill to a drop rule that drops something (a rule of 0 drops
+    nothing anywhere: the flag is added there too, as the engine asks, but changes nothing)."""
+    v = flags.get(DROP)
+    return _given(v) and str(v) not in ("0", "0.0") and not _given(flags.get(DROP_IN_PREFILL))
 
 
 def ref_flags(c: Campaign, base: Cell) -> dict[str, FlagValue]:

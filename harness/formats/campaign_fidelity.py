@@ -54,7 +54,7 @@ class FidelityRecord(Record):
     flags: dict[str, FlagValue]  # the reference's own knobs, added to the base cell's
     cells: str  # lossy or all
     scored: list[int]  # the cells scored against the reference, by index
-    drop_in_prefill_added: list[int] = []  # cells scored with --drop-in-prefill added to their own flags
+    drop_in_prefill_added: list[int] = []  # cells with a non-zero drop rule, scored with --drop-in-prefill added
 
 
 class FidelityRef(Record):

@@ -85,10 +85,16 @@ def fidelity_section(data: CampaignData, res: Results, cells: list[CellFidelity]
          + (f" plus {rec.flags}" if rec.flags else "") + f" (`{FIDELITY_REF}`, top {rec.top_k or 'all'} "
          "log-probabilities per position). KLD(ref||cell) in nats; its interval is 95% over chunks: each chunk's "
          "mean KLD is one observation and the interval is mean ± t(0.975, chunks−1) × (standard deviation of the "
-         "chunk means) / √chunks, its low end clipped at 0 (a KLD is never negative). Positions within a chunk share its context and are not independent, so no "
-         "interval is taken over positions. p99 is over all scored positions; same-top is the share of positions "
+         "chunk means) / √chunks, its low end clipped at 0 (a KLD is never negative). Positions within a chunk "
+         "share its context and are not independent, so no interval is taken over positions. p99 is over all scored positions; same-top is the share of positions "
          "whose most probable token is the reference's; the speed ratio is the cell's decode tok/s over the "
          "base's, with the interval the Results table uses.", ""]
+    if data.manifest.model.recipe:
+        L += [f"**The model is synthetic, with random weights**: these divergences are computed exactly as for a "
+              f"trained model, but their absolute values are meaningless (a random model has no language to lose); "
+              f"what this folder shows is the pipeline end to end, the lossless cells' exact 0 and the ordering of "
+              f"the lossy ones on this model. The same campaign on a real model: `{data.manifest.reproduce} --set "
+              f"model.path=/path/to/model.gguf`.", ""]
     if not cells:
         return L + ["No scored cell has figures (their scoring failed or has not run).", ""]
     L += ["| cell | mean KLD [95% over chunks] | KLD p99 | same top % | positions (chunks) | speed ratio to base |",

@@ -55,8 +55,8 @@ def test_lossy_cells_are_scored_and_drops_get_drop_in_prefill(tmp_path):
     assert ref[ref.index("-p") + 1] == TEXT and "--drop-in-prefill" in ref  # the base's drop 0, neutral
     rec = plan_record(plan)
     assert rec.fidelity is not None and rec.fidelity.scored == list(s.cells) and rec.fidelity.ctx == 32
-    # every cell with a drop rule is listed as scored with --drop-in-prefill added
-    assert rec.fidelity.drop_in_prefill_added == [x.index for x in plan.cells]
+    # the cell whose drop rule drops something is listed as scored with --drop-in-prefill added (findings say so)
+    assert rec.fidelity.drop_in_prefill_added == [drop.index]
     plain = plan_record(plan_campaign(write(tmp_path, GOOD.split("fidelity:")[0], "p.yaml")))
     assert "fidelity" not in plain.dump() and plan_hash(plain) != plan_hash(rec)
 
@@ -121,3 +121,49 @@ def test_shipped_campaigns_plan_their_scoring(name):
     got = set(_labels(plan, s.cells))
     assert got == ({x.label for x in plan.cells} if name == "fidelity" else
                    {x.label for x in plan.cells} & lossy)
+
+
+def test_fidelity_campaign_end_to_end_on_a_synthetic_model(tmp_path, monkeypatch):
+    """Runner -> one bmoe --fidelity-ref per campaign -> bmoe --fidelity-against beside each scored cell's first
+    run -> findings (section, plot), overview column, check; a changed reference is named by the check."""
+    from harness.campaigns.runner import run_campaign
+    from harness.formats.fidelity import read_fidelity_csv, read_ref_header
+    from harness.formats.folder import FIDELITY_CSV, FIDELITY_LOG, FIDELITY_REF, FIDELITY_REF_LOG
+    from harness.formats.manifest import load_manifest, raw_file_changes, run_dir
+    from harness.report.build import check_report, write_report
+    from harness.report.overview import KLD_COLUMN, build_overview
+    from tests.helpers.runner import quiet
+
+    monkeypatch.setenv("BMOE_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the engine process loads harness from this checkout
+    p = write(tmp_path, GOOD.replace("  chunks: 4\n", "  chunks: 4\n  cells: all\n"))
+    res = run_campaign(p, root=tmp_path / "bd", console=quiet(), overrides=["repeats=2"])
+    assert (res.n_ok, res.n_failed) == (8, 0)
+    f = res.folder
+    m = load_manifest(f)
+    assert m.fidelity_ref is not None and m.fidelity_ref.status == "ok"
+    assert set(m.fidelity_ref.sha256) == {FIDELITY_REF, FIDELITY_REF_LOG}
+    assert read_ref_header(f / FIDELITY_REF)["ctx"] == 32 and read_ref_header(f / FIDELITY_REF)["n_chunk"] == 4
+    labels = [c.label for c in m.campaign.cells]
+    kld = {}
+    for r in m.runs:
+        d = run_dir(f, r.run_id)
+        scored = (d / FIDELITY_CSV).is_file()
+        assert scored == (r.round == 0)  # the first round only, every cell (cells: all)
+        if scored:
+            assert {FIDELITY_CSV, FIDELITY_LOG} <= set(r.sha256)
+            kld[labels[r.cell]] = read_fidelity_csv(d / FIDELITY_CSV).columns["kld"]
+    assert not kld["base"].any() and not kld["--cache-policy=lru"].any()  # lossless: exactly 0
+    assert kld["--n-expert-used=2"].mean() > 0 and len(kld["--n-expert-used=2"]) == 4 * (32 - 1 - 16)
+    write_report(f)
+    assert check_report(f) == []
+    text = (f / "findings.md").read_text()
+    section = text.split("## Fidelity: what each knob costs per token", 1)[1].split("\n## ", 1)[0]
+    assert "95% over chunks" in section and "not independent" in section and "(plots/kld.png)" in section
+    (row,) = [x for x in section.splitlines() if x.startswith("| --cache-policy=lru |")]
+    assert row.startswith("| --cache-policy=lru | 0 [0, 0] | 0 | 100.00 | 60 (4) |")
+    assert (f / "plots" / "kld.png").read_bytes().startswith(b"\x89PNG")
+    over = build_overview(tmp_path / "bd", tmp_path / "reports")
+    assert KLD_COLUMN in over and over.count(" | 0 [0, 0] | ") == 2
+    (f / FIDELITY_REF).write_bytes((f / FIDELITY_REF).read_bytes()[:-4])
+    assert raw_file_changes(f, load_manifest(f)) == [FIDELITY_REF]
