@@ -86,7 +86,8 @@ def fidelity_section(data: CampaignData, res: Results, cells: list[CellFidelity]
          "log-probabilities per position). KLD(ref||cell) in nats; its interval is 95% over chunks: each chunk's "
          "mean KLD is one observation and the interval is mean ± t(0.975, chunks−1) × (standard deviation of the "
          "chunk means) / √chunks, its low end clipped at 0 (a KLD is never negative). Positions within a chunk "
-         "share its context and are not independent, so no interval is taken over positions. p99 is over all scored positions; same-top is the share of positions "
+         "share its context and are not independent, so no interval is taken over positions. p99 is over all "
+         "scored positions; same-top is the share of positions "
          "whose most probable token is the reference's; the speed ratio is the cell's decode tok/s over the "
          "base's, with the interval the Results table uses.", ""]
     if data.manifest.model.recipe:
