@@ -57,8 +57,8 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
     prog = RunProgress(console, total_runs=len(m.runs), done_runs=skipped, n_cells=len(plan.cells),
                        tokens=c.tokens)
     rounds = f"{p.min_repeats}-{p.max_repeats}" if p is not None else str(c.repeats)
-    ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
     try:
+        ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
         with prog:
             while True:
                 for i, r in enumerate(m.runs):

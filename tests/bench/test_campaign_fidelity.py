@@ -167,3 +167,46 @@ def test_fidelity_campaign_end_to_end_on_a_synthetic_model(tmp_path, monkeypatch
     assert KLD_COLUMN in over and over.count(" | 0 [0, 0] | ") == 2
     (f / FIDELITY_REF).write_bytes((f / FIDELITY_REF).read_bytes()[:-4])
     assert raw_file_changes(f, load_manifest(f)) == [FIDELITY_REF]
+
+
+def test_an_external_engine_that_is_not_the_python_engine_is_refused_before_the_reference(tmp_path, monkeypatch):
+    from harness.campaigns.runner import run_campaign
+    from harness.errors import UserError
+    from harness.formats.manifest import load_manifest
+    from tests.helpers.runner import quiet
+
+    monkeypatch.setenv("BMOE_MODEL_CACHE", str(tmp_path / "models"))
+    cli = tmp_path / "cli"
+    cli.write_text("#!/bin/sh\necho 0.19.0\n")  # what the C++ engine's --version prints
+    cli.chmod(0o755)
+    p = write(tmp_path, GOOD.replace("target: local\n", "target: local\nengine: {kind: external, path: cli}\n")
+              .replace("  ctx: 32\n", "  ctx: 32\n  python_engine: true\n"))
+    with pytest.raises(UserError, match=r"fidelity: engine says it is '0.19.0', not the Python engine"):
+        run_campaign(p, root=tmp_path / "bd", console=quiet())
+    (folder,) = (tmp_path / "bd").iterdir()
+    m = load_manifest(folder)
+    assert all(r.status == "pending" for r in m.runs) and m.status.startswith("stopped: UserError")  # nothing ran
+
+
+def test_a_failed_reference_stops_the_campaign_in_one_line_and_is_recorded(tmp_path, monkeypatch):
+    from harness.campaigns.runner import run_campaign
+    from harness.errors import UserError
+    from harness.formats.folder import FIDELITY_REF_LOG
+    from harness.formats.manifest import load_manifest
+    from tests.helpers.runner import quiet
+
+    monkeypatch.setenv("BMOE_MODEL_CACHE", str(tmp_path / "models"))
+    cli = tmp_path / "cli"  # says it is the Python engine, then fails every run
+    cli.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "bmoe 0.1.0"; exit 0; }\necho "no logits today" >&2\n'
+                   "exit 3\n")
+    cli.chmod(0o755)
+    p = write(tmp_path, GOOD.replace("target: local\n", "target: local\nengine: {kind: external, path: cli}\n")
+              .replace("  ctx: 32\n", "  ctx: 32\n  python_engine: true\n"))
+    with pytest.raises(UserError) as ei:
+        run_campaign(p, root=tmp_path / "bd", console=quiet())
+    msg = str(ei.value)
+    assert "fidelity: the reference run failed (engine exited 3" in msg and "\n" not in msg, repr(msg)
+    (folder,) = (tmp_path / "bd").iterdir()
+    ref = load_manifest(folder).fidelity_ref
+    assert ref is not None and ref.status == "failed" and set(ref.sha256) == {FIDELITY_REF_LOG}
+    assert "no logits today" in (folder / FIDELITY_REF_LOG).read_text()
