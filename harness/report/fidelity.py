@@ -91,10 +91,12 @@ def fidelity_section(data: CampaignData, res: Results, cells: list[CellFidelity]
          "whose most probable token is the reference's; the speed ratio is the cell's decode tok/s over the "
          "base's, with the interval the Results table uses.", ""]
     if data.manifest.model.recipe:
-        L += [f"**The model is synthetic, with random weights**: these divergences are computed exactly as for a "
-              f"trained model, but their absolute values are meaningless (a random model has no language to lose); "
-              f"what this folder shows is the pipeline end to end, the lossless cells' exact 0 and the ordering of "
-              f"the lossy ones on this model. The same campaign on a real model: `{data.manifest.reproduce} --set "
+        L += ["**The model is synthetic, with random weights**: these divergences are computed exactly as for a "
+              "trained model, but their absolute values are meaningless (a random model has no language to lose); "
+              "what this folder shows is the pipeline end to end"
+              + (", the lossless cells' exact 0" if any(f.lossless for f in cells) else "")
+              + f" and the ordering of the lossy cells on this model. The same campaign on a real model: "
+              f"`{data.manifest.reproduce} --set "
               f"model.path=/path/to/model.gguf`.", ""]
     if not cells:
         return L + ["No scored cell has figures (their scoring failed or has not run).", ""]
