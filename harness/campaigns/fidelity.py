@@ -17,6 +17,7 @@ from harness.campaigns.schema import Campaign
 from harness.errors import UserError
 from harness.formats.campaign import FlagValue
 from harness.formats.campaign_fidelity import FidelityRecord
+from harness.formats.folder import FIDELITY_CSV, FIDELITY_REF
 
 CTX_FLAGS = ("-c", "--ctx-size")  # the reference's context size is the section's ctx; scoring runs take it from it
 DROP, DROP_IN_PREFILL, ROUTE_AHEAD = "--drop-cold-experts", "--drop-in-prefill", "--route-ahead"
@@ -90,7 +91,7 @@ def plan_scoring(c: Campaign, cells: list[Cell]) -> Scoring:
     base = next(x for x in cells if x.is_base and not x.engine) if not c.engines else cells[0]
     where = c.place(c.lines.get("fidelity", 1))
     try:
-        ref = parse_cli(ref_argv_tail(c, base, model="model.gguf", text="text", out="fidelity.ref"))
+        ref = parse_cli(ref_argv_tail(c, base, model="model.gguf", text="text", out=FIDELITY_REF))
     except UserError as e:
         return Scoring((), (f"{where}: fidelity: the engine would refuse the reference run: {e}",))
     lossy = [s.name for s in SPECS if s.flag.lossy]
@@ -102,7 +103,7 @@ def plan_scoring(c: Campaign, cells: list[Cell]) -> Scoring:
                             f"campaign without a fidelity section")
             continue
         try:
-            cfg = parse_cli(against_argv_tail(c, cell, model="model.gguf", ref="fidelity.ref", csv="fidelity.csv"))
+            cfg = parse_cli(against_argv_tail(c, cell, model="model.gguf", ref=FIDELITY_REF, csv=FIDELITY_CSV))
         except UserError as e:
             problems.append(f"{c.place(cell.line)}: cell {cell.label}: the engine would refuse its scoring run: {e}")
             continue

@@ -138,7 +138,7 @@ def cell_row(c: CellResult, model: Model, cap_mib: float | None, folder: str) ->
         setup.append(f"dense weights {dense}")
     if not _none(cfg.get("cfg.route_replay")):
         setup.append(f"routing replayed from {Path(str(cfg['cfg.route_replay'])).name}")
-    if not _none(cfg.get("cfg.drop_cold_experts")) and cfg["cfg.drop_cold_experts"] not in ("0", "0.0"):  # 0: off
+    if not _none(cfg.get("cfg.drop_cold_experts")):
         setup.append(f"--drop-cold-experts {cfg['cfg.drop_cold_experts']} (lossy)")
     if cap_mib:
         setup.append(f"RAM cap {cap_mib:g} MiB")
