@@ -244,3 +244,31 @@ def summarize(a: Against) -> FidelityStats:
         dp_mean=dp_mean[0], dp_mean_se=dp_mean[1], dp_rms=rms, dp_rms_se=(0.5 / rms * mse_se if rms > 0 else 0.0),
         dp_max=float(ds[-1]), dp_min=float(ds[0]), dp_median=median(ds),
         dp_pct={q: percentile(ds, q / 100) for q in DP_PERCENTILES})
+
+
+@dataclass(frozen=True)
+class ChunkInterval:
+    """The mean KLD with a t interval over chunks: each chunk's mean is one observation (positions in a chunk share
+    its context, so they are not independent; chunks are separate windows of the text, each from an empty cache).
+    The point is the mean over all positions (equal to the mean of the chunk means: every chunk scores as many)."""
+
+    mean: float
+    low: float
+    high: float
+    n_chunks: int
+    confidence: float
+
+
+def chunk_interval(kld: np.ndarray, chunk: np.ndarray, confidence: float = 0.95) -> ChunkInterval:
+    """mean +- t(confidence, n-1) * sd(chunk means) / sqrt(n) over the n chunks, the low end clipped at 0 (a KLD
+    is never negative); no interval (low = high = nan) below two chunks."""
+    from scipy.special import stdtrit
+
+    kld, chunk = np.asarray(kld, dtype=np.float64), np.asarray(chunk)
+    ids = np.unique(chunk)
+    means = np.array([kld[chunk == c].mean() for c in ids])
+    mean = float(kld.mean()) if len(kld) else float("nan")
+    if len(ids) < 2:
+        return ChunkInterval(mean, float("nan"), float("nan"), len(ids), confidence)
+    half = float(stdtrit(len(ids) - 1, 0.5 + confidence / 2)) * float(means.std(ddof=1)) / np.sqrt(len(ids))
+    return ChunkInterval(mean, max(0.0, mean - half), mean + half, len(ids), confidence)

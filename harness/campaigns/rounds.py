@@ -15,6 +15,7 @@ from typing import Protocol
 from rich.console import Console
 
 from harness.campaigns import precision, store
+from harness.campaigns.fidelity_runs import ensure_reference, score_cell
 from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.provenance import model_mismatch, model_sha256
@@ -57,6 +58,7 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
                        tokens=c.tokens)
     rounds = f"{p.min_repeats}-{p.max_repeats}" if p is not None else str(c.repeats)
     try:
+        ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
         with prog:
             while True:
                 for i, r in enumerate(m.runs):
@@ -65,7 +67,7 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
                     cell = plan.cells[r.cell]
                     prog.start_run(r.run_id, cell.label, r.round + 1, rounds, cell.index)
                     outcome, hashes = one_run(plan, r, folder, target, res, prog,
-                                              m.provenance.model_sha256 if m.provenance else None)
+                                              m.provenance.model_sha256 if m.provenance else None, m)
                     m.runs[i] = r.finish(outcome, hashes)
                     save_manifest(folder, m)
                     prog.end_run(r.run_id, cell.label, outcome.dump())
@@ -103,7 +105,8 @@ def _add_round(plan: Plan, m: Manifest, folder: Path, prog: RunProgress) -> bool
 
 
 def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
-            prog: RunProgress, want_model: dict[str, str] | None) -> tuple[Outcome, dict[str, str]]:
+            prog: RunProgress, want_model: dict[str, str] | None, m: Manifest | None = None
+            ) -> tuple[Outcome, dict[str, str]]:
     """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files). A
     model file other than the campaign's (`want_model`, its sha256) fails the run without starting it."""
     c = plan.campaign
@@ -183,6 +186,8 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
                               or int(c.quality.n or 0), reason)
     if reason is None:
         reason = take_traces(done.fetched, traces, tmp)
+    if reason is None and done.exit_code == 0 and m is not None:  # a scored cell's first round: its fidelity
+        reason = score_cell(plan, m, r, folder, tmp, target, res)
     write_states(tmp / STATE_FILE, sampler.samples)
 
     outcome = Outcome(

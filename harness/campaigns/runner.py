@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from harness.campaigns import store
+from harness.campaigns.fidelity import fidelity_record
 from harness.campaigns.precision import describe
 from harness.campaigns.provenance import campaign_provenance
 from harness.campaigns.questions import quality_record, write_prompts_file
@@ -84,6 +85,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"engines": {k: _every_field(e) for k, e in c.engines.items()}} if c.engines else {}),
         **({"traces": True} if c.traces else {}),  # absent without: old hashes hold
         **({"precision": c.precision.model_copy(update={"min_repeats": c.min_repeats()})} if c.precision else {}),
+        **({"fidelity": fidelity_record(c, plan.cells)} if c.fidelity else {}),  # absent without: old hashes hold
     )
 
 

@@ -113,6 +113,15 @@ def plan_campaign(path: Path | str, *, check_files: bool = True, overrides: list
     c = load_campaign(path, overrides)
     cells = expand_cells(c)
     problems = engine_refusals(c, cells) + question_problems(c)
+    if c.fidelity is not None:
+        from harness.campaigns.fidelity import plan_scoring, text_of
+
+        problems += list(plan_scoring(c, cells).problems)
+        if check_files:
+            try:
+                text_of(c)
+            except UserError as e:
+                problems.append(str(e))
     if check_files:
         problems += local_file_problems(c)
     if problems:

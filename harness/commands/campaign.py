@@ -51,6 +51,12 @@ def validate(file: Path = typer.Argument(..., help="campaign YAML file"),
     for cell in plan.cells:
         typer.echo(f"  c{cell.index:02d} {cell.label}")
     typer.echo("  order: " + " ".join(r.run_id for r in plan.runs))
+    if c.fidelity is not None:
+        from harness.campaigns.fidelity import plan_scoring
+
+        scored = plan_scoring(c, plan.cells).cells
+        typer.echo(f"  fidelity: one reference (the base cell's flags, -c {c.fidelity.ctx}), then the first round of "
+                   f"{len(scored)} cell(s) scored against it: " + " ".join(f"c{i:02d}" for i in scored))
 
 
 def run(

@@ -9,7 +9,6 @@ once as (location, message). A location is the path of keys and list indices.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, get_type_hints
 
 from pydantic import (
@@ -19,16 +18,15 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    PlainValidator,
     Tag,
     WrapValidator,
 )
-from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
+from harness.formats.campaign_fidelity import FidelitySpec
+from harness.formats.campaign_types import FlagName, Flags, FlagValue, Label, Value, _check
 from harness.formats.model_fields import ModelFields, recipe_fields
 
-FlagValue = bool | int | float | str | None  # true = bare flag, false/null = absent
 Loc = tuple[str | int, ...]
 
 # how the harness passes what it owns to the engine; an external engine may spell these differently
@@ -37,38 +35,16 @@ DEFAULT_IO_ARGS: dict[str, str | None] = {"model": "-m", "prompt": "-p", "tokens
 # every spelling of a flag the harness sets itself (for the `bmoe` engine), so campaigns cannot set them
 BMOE_MANAGED = {"-m": "model", "--model": "model", "-p": "prompt", "--prompt": "prompt", "-n": "tokens",
                 "--n-predict": "tokens", "--csv": "csv", "--progress": "progress", "--prompts-file": "quality",
-                "--replies": "quality", "--io-trace": "traces", "--compute-trace": "traces"}
+                "--replies": "quality", "--io-trace": "traces", "--compute-trace": "traces",
+                **dict.fromkeys(("--fidelity-ref", "--fidelity-against", "--fidelity-csv", "--fidelity-top-k",
+                                 "--fidelity-chunks"), "fidelity")}
 DEFAULT_PROMPT = "Explain how a mixture-of-experts model decides which experts handle each token."
-
-
-def _check(pattern: str, message: str):
-    """A validator: the string must match `pattern`, else `message` (formatted with the value)."""
-    rx = re.compile(pattern)
-
-    def check(v: str) -> str:
-        if not rx.fullmatch(v):
-            raise PydanticCustomError("campaign", message.format(v=v))
-        return v
-    return AfterValidator(check)
-
-
-def _scalar(v: object) -> object:
-    if v is not None and not isinstance(v, bool | int | float | str):
-        raise PydanticCustomError("flag_value_type", "must be a single value")
-    return v
 
 
 def _keep_order(v: object, handler) -> object:
     """A TypedDict comes back in declaration order: give it back in the user's order."""
     out = handler(v)
     return {k: out[k] for k in v if k in out} if isinstance(v, dict) else out
-
-
-FlagName = Annotated[str, _check(r"-[A-Za-z]|--[A-Za-z0-9][A-Za-z0-9_-]*",
-                                 "{v!r} is not an engine flag; write it as the engine does, e.g. -t or --cache-mb")]
-Value = Annotated[FlagValue, PlainValidator(_scalar)]
-Flags = dict[FlagName, Value]
-Label = Annotated[str, _check(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", "label {v!r} must be a word (letters, digits, _ . + -)")]
 
 
 class _Model(BaseModel):
@@ -198,7 +174,8 @@ class QualitySpec(_Model):
 
 SHORTHAND = ("target", "engine")  # keys whose value may be just their kind: `target: local`, `engine: bmoe`
 # a part that takes exactly one of these keys: setting one (`--set model.path=...`) replaces the others
-ONE_OF: dict[str, tuple[str, ...]] = {"model": ("path", "recipe", "push_from"), "engine": ("path", "push_from")}
+ONE_OF: dict[str, tuple[str, ...]] = {"model": ("path", "recipe", "push_from"), "engine": ("path", "push_from"),
+                                     "fidelity": ("text", "text_file")}
 
 
 def _shorthand(v: object) -> object:
@@ -241,11 +218,13 @@ class CampaignFile(_Model):
     quality: QualitySpec | None = Field(None, description=(
         "ask questions and grade the replies: {suite: gsm8k, n: 100, template: '...{question}...'}; tokens is "
         "then the longest reply"))
+    fidelity: FidelitySpec | None = Field(None, description=(
+        "score cells teacher-forced against a reference run: {text_file: ..., ctx: 128, cells: lossy}"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
         out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
-        out += self._precision_problems()
+        out += self._precision_problems() + self._fidelity_problems()
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))
@@ -329,6 +308,17 @@ class CampaignFile(_Model):
                                                       f"minimum ({n} rounds)"))
         if self.quality is not None:
             out.append((("precision",), "precision: a quality campaign's figure is its grades; set repeats"))
+        return out
+
+    def _fidelity_problems(self) -> list[tuple[Loc, str]]:
+        if self.fidelity is None:
+            return []
+        kinds = {e.kind for e in self.engines.values()} if self.engines else {self.engine.kind}
+        out = self.fidelity.problems()
+        if kinds != {"bmoe"} and not self.fidelity.python_engine:
+            out.append((("fidelity",), "fidelity: the C++ engine (bmoe-cli) has no logits output, so an external "
+                                       "engine cannot be scored; use engine bmoe, or over adb an external engine "
+                                       "that runs the Python engine with fidelity.python_engine: true"))
         return out
 
     def _traces_problems(self) -> list[tuple[Loc, str]]:

@@ -13,6 +13,10 @@ and the report reads it (harness.campaigns.store describes the folder; each file
         compute_trace.csv
         attempt-<n>/              ATTEMPT_DIR: a retried run's earlier attempt n (1 = the first), its files as
                                   they were (hashed with the run: --retry-failed keeps the evidence of a failure)
+    fidelity.ref                  FIDELITY_REF: a fidelity campaign's reference (harness.formats.fidelity), made once
+    fidelity-ref.log              FIDELITY_REF_LOG: its engine's stdout and stderr (both hashed in the manifest)
+    runs/<run_id>/fidelity.csv    FIDELITY_CSV, FIDELITY_LOG: a scored cell's per-position figures against it and
+    runs/<run_id>/fidelity.log    its scoring run's output (the cell's first-round run only)
     prompts.jsonl                 PROMPTS_FILE: a quality campaign's questions, as handed to every run
     findings.md, results.csv      FINDINGS, RESULTS: written by `bmoe-bench report` (a replay study's folder
                                   has its findings.md too)
@@ -38,3 +42,7 @@ RESULTS = "results.csv"
 PLOTS_DIR = "plots"
 GRADES_FILE = "grades.json"
 ATTEMPT_DIR = "attempt-{n}"  # runs/<run_id>/attempt-<n>/
+FIDELITY_REF = "fidelity.ref"
+FIDELITY_REF_LOG = "fidelity-ref.log"
+FIDELITY_CSV = "fidelity.csv"
+FIDELITY_LOG = "fidelity.log"

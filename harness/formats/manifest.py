@@ -34,6 +34,7 @@ from pydantic import PrivateAttr, field_validator, model_validator
 
 from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
+from harness.formats.campaign_fidelity import FidelityRecord, FidelityRef
 from harness.formats.files import atomic_write_json, sha256_file
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
@@ -115,6 +116,7 @@ class PlanRecord(Record):
     # repeats driven by precision (set only when asked; min_repeats resolved): `repeats` rounds planned, whole
     # rounds added to `runs` (order_runs continued) until every ratio is precise or max_repeats
     precision: Precision | None = None
+    fidelity: FidelityRecord | None = None  # fidelity campaigns only (absent otherwise: older plans hash the same)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------
@@ -245,6 +247,7 @@ class Manifest(Record):
     sessions: list[SessionRecord]
     engines: dict[str, EngineDesc] | None = None  # engines axis: every engine, by label (set only there)
     provenance: Provenance | None = None  # v3; None in a folder from before it (legacy)
+    fidelity_ref: FidelityRef | None = None  # a fidelity campaign's reference run, once made
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -341,6 +344,11 @@ def raw_file_changes(folder: Path | str, m: Manifest) -> list[str]:
         for name in sorted(set(r.sha256) | set(now)):
             if r.sha256.get(name) != now.get(name):
                 out.append(f"{RUNS}/{r.run_id}/{name}")
+    ref = m.fidelity_ref
+    for name, h in (ref.sha256 if ref is not None else {}).items():
+        p = Path(folder) / name
+        if not p.is_file() or sha256_file(p) != h:
+            out.append(name)
     return out
 
 

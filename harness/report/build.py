@@ -19,6 +19,8 @@ from harness.formats.grades import grades_text
 from harness.formats.manifest import load_manifest, raw_file_changes, unhashed_runs
 from harness.formats.results_csv import results_text
 from harness.report.collect import load_campaign_data
+from harness.report.fidelity import PLOT as KLD_PLOT
+from harness.report.fidelity import cell_fidelity, fidelity_section
 from harness.report.findings import render_findings
 from harness.report.peers import check_engines
 from harness.report.plots import all_plots
@@ -48,13 +50,15 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     previous = prev_path.read_text(encoding="utf-8") if prev_path.is_file() else None
     grades = grade_folder(data)  # None unless a quality campaign
     quality = quality_section(data, grades) if grades is not None else None
-    findings = render_findings(data, res, previous, quality)
+    fid = cell_fidelity(data)  # None unless a fidelity campaign
+    findings = render_findings(data, res, previous, quality,
+                               fidelity_section(data, res, fid) if fid is not None else None)
     csv = results_text(results_rows(res))
-    plots = all_plots(data, res) if with_plots else {}
+    plots = all_plots(data, res, fid) if with_plots else {}
     texts = {FINDINGS: findings, RESULTS: csv}
     if grades is not None:
         texts[GRADES_FILE] = grades_text(grades)
-    names = (*PLOTS, *([TIMELINE] if shown(data) is not None else []))
+    names = (*PLOTS, *([TIMELINE] if shown(data) is not None else []), *([KLD_PLOT] if fid else []))
     return Report(texts=texts, plots=plots, plot_names=names)
 
 

@@ -326,8 +326,9 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
 
 
 def render_findings(data: CampaignData, res: Results, previous: str | None,
-                    quality: list[str] | None = None) -> str:
-    """`quality`: a quality campaign's section (harness.report.quality), placed after the run order."""
+                    quality: list[str] | None = None, fidelity: list[str] | None = None) -> str:
+    """`quality`: a quality campaign's section (harness.report.quality), placed after the run order; `fidelity`:
+    a fidelity campaign's (harness.report.fidelity), after the results."""
     p, m = data.plan, data.manifest
     aud = audit(data)
     head = aud.headline()  # a lossless cell whose tokens differ from its base's: the first line
@@ -346,6 +347,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += ["## Results", ""] + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
+    L += fidelity or []
     L += engines_section(data)
     L += audit_section(aud)
     L += traced_section(data)

@@ -25,6 +25,7 @@ from harness.errors import UserError
 from harness.formats.files import atomic_write_text
 from harness.formats.folder import MANIFEST
 from harness.report.collect import CampaignData, load_campaign_data
+from harness.report.fidelity import cell_fidelity, kld_text
 from harness.report.results import CellResult, Results, compute_results
 from harness.stats import Interval
 
@@ -58,6 +59,7 @@ class Row:
     hit: str
     folder: str
     flags: dict[str, str] = field(default_factory=dict)  # engine flags not in the columns: name -> value as run
+    kld: str = ""  # a fidelity campaign's scored cell: mean KLD [95% over chunks]; "" where not measured
 
 
 @dataclass
@@ -218,8 +220,9 @@ def differing(rows: list[Row]) -> list[list[str]]:
     return out
 
 
-def summarize(name: str, data: CampaignData, res: Results) -> Folder:
-    """A campaign folder's rows and its one-line note (pure)."""
+def summarize(name: str, data: CampaignData, res: Results, kld: dict[int, str] | None = None) -> Folder:
+    """A campaign folder's rows and its one-line note (pure); `kld`: a fidelity campaign's mean KLD text by cell
+    index (harness.report.fidelity)."""
     m, p = data.manifest, data.plan
     tgt = m.target
     cap = getattr(tgt, "mem_cap_mib", None)
@@ -244,13 +247,17 @@ def summarize(name: str, data: CampaignData, res: Results) -> Folder:
             f.rows.append(row)
     elif model is not None:
         f.rows = [cell_row(c, model, cap, name) for c in res.cells]
+    if model is not None and kld:
+        for c, row in zip(res.cells, f.rows, strict=True):
+            row.kld = kld.get(c.index, "")
     return f
 
 
 # ---- all folders (pure: summaries in, markdown out) ----------------------------------------------------
 
 _COLUMNS = ["Setup", "Active experts", "Cache", "Lanes", "tok/s [95% CI]", "Flash/token", "Cache hit", "Folder"]
-_RIGHT = {"Active experts", "Cache", "Lanes", "tok/s [95% CI]", "Flash/token", "Cache hit"}
+KLD_COLUMN = "Mean KLD [95% over chunks]"
+_RIGHT = {"Active experts", "Cache", "Lanes", "tok/s [95% CI]", "Flash/token", "Cache hit", KLD_COLUMN}
 
 
 def render(folders: list[Folder], others: list[tuple[str, str]], bench_link: str) -> str:
@@ -276,18 +283,25 @@ def render(folders: list[Folder], others: list[tuple[str, str]], bench_link: str
         "it is lossy). *tok/s* is the mean over a cell's runs of tokens / their summed wall time, "
         "warm-up tokens dropped, with a seeded bootstrap 95% CI across runs. *Flash/token* is data read "
         "from storage per token (for an mmap baseline under a cap: its page-fault reads) and *cache hit* "
-        "the share of expert reads served from the expert cache, at the last token.",
+        "the share of expert reads served from the expert cache, at the last token." + (
+            " *Mean KLD* (in a table with a fidelity campaign) is the cell's KL divergence from its campaign's "
+            "lossless reference on a fixed text, in nats, with a 95% t interval over chunks; – where not measured."
+            if any(r.kld for f in tabled for r in f.rows) else ""),
         "",
     ]
     for model, fs in models.items():
-        out += [f"## {model.title()}", "",
-                "| " + " | ".join(_COLUMNS) + " |",
-                "|" + "|".join("---:" if c in _RIGHT else "---" for c in _COLUMNS) + "|"]
         rows = [r for f in fs for r in f.rows]
+        with_kld = any(r.kld for r in rows)  # the KLD column: only in a table where some cell was measured
+        cols = _COLUMNS[:-1] + [KLD_COLUMN] * with_kld + _COLUMNS[-1:]
+        out += [f"## {model.title()}", "",
+                "| " + " | ".join(cols) + " |",
+                "|" + "|".join("---:" if c in _RIGHT else "---" for c in cols) + "|"]
         for r, extra in zip(rows, differing(rows), strict=True):
             link = f"[{r.folder}]({bench_link}/{r.folder}/findings.md)"
             setup = ", ".join([r.setup, *(f"`{x}`" for x in extra)])
-            out.append("| " + " | ".join([setup, r.active, r.cache, r.lanes, r.tok_s, r.flash, r.hit, link]) + " |")
+            kld = [r.kld or "–"] * with_kld
+            out.append("| " + " | ".join([setup, r.active, r.cache, r.lanes, r.tok_s, r.flash, r.hit, *kld, link])
+                       + " |")
         out.append("")
         out += [f"- `{f.name}`: {f.note}" for f in fs]
         out.append("")
@@ -335,7 +349,9 @@ def build_overview(bench_root: Path | str, out_dir: Path | str) -> str:
             others.append((d.name, _not_a_campaign(d)))
             continue
         data = load_campaign_data(d)
-        folders.append(summarize(d.name, data, compute_results(data)))
+        fid = cell_fidelity(data)
+        folders.append(summarize(d.name, data, compute_results(data),
+                                 {f.index: kld_text(f) for f in fid} if fid else None))
     link = Path(os.path.relpath(bench_root.resolve(), out_dir.resolve())).as_posix()
     return render(folders, others, link)
 

@@ -1,5 +1,6 @@
 """The report's plots as PNG bytes (matplotlib Agg, no timestamps in the metadata): tok/s per cell with
-CIs and each run's value, the per-token time series of every run, and the stacked s/token split."""
+CIs and each run's value, the per-token time series of every run, and the stacked s/token split; a fidelity
+campaign's speed against KLD."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.report.collect import CampaignData  # noqa: E402
+from harness.report.fidelity import PLOT as KLD_PLOT  # noqa: E402
+from harness.report.fidelity import CellFidelity  # noqa: E402
 from harness.report.results import Results  # noqa: E402
 from harness.report.traced import timeline_plot  # noqa: E402
 
@@ -89,6 +92,29 @@ def tokens_plot(data: CampaignData, res: Results) -> bytes:
     return _png(fig)
 
 
-def all_plots(data: CampaignData, res: Results) -> dict[str, bytes]:
+def kld_plot(cells: list[CellFidelity], res: Results) -> bytes:
+    """Decode tok/s (95% interval over runs) against mean KLD (95% interval over chunks), one point per scored
+    cell: the trade-off a user chooses on. Symmetric-log x axis, so the lossless cells' exact 0 is shown."""
+    by = {c.index: c for c in res.cells}
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for f in cells:
+        c = by.get(f.index)
+        if c is None or c.tok_s is None:
+            continue
+        iv, t = f.kld, c.tok_s
+        xerr = [[iv.mean - iv.low], [iv.high - iv.mean]] if math.isfinite(iv.low) else None
+        yerr = [[t.point - t.low], [t.high - t.point]] if t.between_runs else None
+        ax.errorbar([iv.mean], [t.point], xerr=xerr, yerr=yerr, fmt="o", color="#888" if not c.varied else
+                    "#4a7fb5", ecolor="black", capsize=3, ms=5)
+        ax.annotate(f.label, (iv.mean, t.point), textcoords="offset points", xytext=(5, 4), fontsize=7)
+    small = min([f.kld.mean for f in cells if f.kld.mean > 0] or [1e-3])
+    ax.set_xscale("symlog", linthresh=small / 2)
+    ax.set_xlabel("mean KLD vs the reference, nats (95% interval over chunks)")
+    ax.set_ylabel("decode tok/s (95% interval over runs)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def all_plots(data: CampaignData, res: Results, fidelity: list[CellFidelity] | None = None) -> dict[str, bytes]:
     return {"tok_s.png": tok_s_plot(res), "split.png": split_plot(res), "tokens.png": tokens_plot(data, res),
-            **timeline_plot(data)}
+            **timeline_plot(data), **({KLD_PLOT: kld_plot(fidelity, res)} if fidelity else {})}

@@ -95,7 +95,9 @@ def test_every_bmoe_flag_is_classified():
         "threads", "moe_stream", "cache_mb", "cache_ceil_mb", "force_cache", "cache_preload", "io_threads",
         "prefetch", "predict_prefetch", "predict_spec_max", "prefetch_lanes", "odirect", "evict_thread",
         "cache_policy", "dense_weights", "load_populate", "csv", "progress", "replies", "route_trace", "io_trace",
-        "compute_trace", "ngram", "mtp", "draft", "ngram_size"}
+        "compute_trace", "ngram", "mtp", "draft", "ngram_size",
+        # teacher-forced scoring instead of generating (a campaign sets them only from its fidelity section)
+        "fidelity_ref", "fidelity_top_k", "fidelity_chunks", "fidelity_against", "fidelity_csv"}
     assert OUTPUT_SETTINGS <= {s.name for s in SPECS}
 
 
