@@ -13,6 +13,7 @@ import pytest
 
 from harness.engine.config import parse_cli
 from harness.engine.routing import cold_drop as drop
+from harness.engine.stream.weights import WeightsStage
 from harness.errors import UserError
 from harness.formats.route_trace import DECODE, PREFILL, RouteTraceWriter, parse_route_trace, read_route_trace
 from harness.replay.simulate import MIB, replay
@@ -21,6 +22,18 @@ from harness.synth import ModelSpec, make_model
 from tests.helpers.engine import bmoe
 
 # -- pure ---------------------------------------------------------------------------------------------------
+
+
+def test_drop_zero_does_not_make_lookups_wait_for_the_router_weights() -> None:
+    """F = 0 drops nothing, so a layer's lookups and reads start at top-k time (not deferred to the weights);
+    its slots are still counted. F > 0 defers (in decode; in prefill only with --drop-in-prefill)."""
+    ids = np.array([[0, 1, 2, 3], [4, 5, 6, 7]], dtype=np.int32)
+    zero = WeightsStage(drop.DropRule(0.0, in_prefill=True), None)
+    assert not zero.on_topk(0, DECODE, ids, ids.copy()) and not zero.on_topk(1, PREFILL, ids, ids.copy())
+    assert zero.totals == [8, 0, 8, 0]
+    assert WeightsStage(drop.DropRule(0.5), None).on_topk(0, DECODE, ids, ids.copy())
+    assert not WeightsStage(drop.DropRule(0.5), None).on_topk(0, PREFILL, ids, ids.copy())  # not in prefill
+
 
 W = np.array([[0.50, 0.30, 0.15, 0.05]], dtype=np.float32)  # k=4: an even split is 0.25
 IDS = np.array([[7, 3, 9, 1]], dtype=np.int32)

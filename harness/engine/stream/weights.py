@@ -83,6 +83,11 @@ class WeightsStage:
         """Start a batch; True when drops apply to it (then the caller defers the cache accounting)."""
         self.node.pop(layer, None)
         drops = self.replay is not None or (self.rule is not None and self.rule.active(phase))
+        if drops and self.replay is None and self.rule is not None and self.rule.threshold <= 0:
+            # F = 0 drops nothing (no share is below 0): count the slots, and let the lookups and reads
+            # start at top-k time instead of waiting for the router weights (that wait cost 0.77x at F = 0)
+            self.totals[0 if phase == 1 else 2] += ids.size
+            drops = False
         self.pending = Deferred(layer, ids_view, ids, drops)
         return drops
 
