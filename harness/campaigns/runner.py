@@ -86,6 +86,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"traces": True} if c.traces else {}),  # absent without: old hashes hold
         **({"precision": c.precision.model_copy(update={"min_repeats": c.min_repeats()})} if c.precision else {}),
         **({"fidelity": fidelity_record(c, plan.cells)} if c.fidelity else {}),  # absent without: old hashes hold
+        **({"family": c.family} if c.family else {}),  # absent without: old hashes hold
     )
 
 

@@ -123,7 +123,7 @@ def report(
     migrate: bool = typer.Option(False, "--migrate", help="rewrite an older manifest at the current version, "
                                                           "recording the sha256 of the raw files as they are now"),
     all_: bool = typer.Option(False, "--all", help="write reports/README.md (next to bench-data/): every "
-                                                   "campaign folder, one table per model"),
+                                                   "campaign folder, one table per model; and reports/<family>.md for every `family:`"),
 ) -> None:
     """Regenerate findings.md, results.csv and plots/ from a campaign folder's raw files; with --all,
     reports/README.md from every folder under bench-data/."""
@@ -162,6 +162,7 @@ def report(
 
 def report_all(bench: Path, check: bool) -> None:
     """`report --all [--check]`: reports/README.md beside the bench-data folder."""
+    from harness.report.family import check_families, write_families
     from harness.report.overview import REPORT, check_overview, write_overview
 
     out = bench.parent / "reports"
@@ -169,6 +170,11 @@ def report_all(bench: Path, check: bool) -> None:
         problem = check_overview(bench, out)
         if problem:
             raise UserError(f"{out / REPORT} {problem}; run `bmoe-bench report --all` and commit the result")
+        bad = check_families(bench, out)
+        if bad:
+            raise UserError(" | ".join(bad) + "; run `bmoe-bench report --all` and commit the result")
         typer.echo(f"{out / REPORT} matches {bench}")
         return
     typer.echo(f"wrote {write_overview(bench, out)}")
+    for p in write_families(bench, out):
+        typer.echo(f"wrote {p} (and its .png)")

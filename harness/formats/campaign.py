@@ -182,6 +182,9 @@ def _shorthand(v: object) -> object:
     return {"kind": v} if isinstance(v, str) else v
 
 
+_FamilyName = Annotated[str, _check(r"[a-z0-9][a-z0-9_-]*", "{v!r} must be lower-case letters, digits, '-' or '_'")]
+
+
 class CampaignFile(_Model):
     name: Annotated[str, _check(r"[a-z0-9][a-z0-9_-]*", "{v!r} must be lower-case letters, digits, '-' or '_'")] = (
         Field(description="the campaign name, e.g. name: demo; the folder is bench-data/<date>-<name>/"))
@@ -220,6 +223,9 @@ class CampaignFile(_Model):
         "then the longest reply"))
     fidelity: FidelitySpec | None = Field(None, description=(
         "score cells teacher-forced against a reference run: {text_file: ..., ctx: 128, cells: lossy}"))
+    family: _FamilyName | None = Field(None, description=(
+        "a name shared by campaigns asking one question of different models, with the same cell labels; "
+        "`bmoe-bench report --all` writes reports/<family>.md across them, by model size"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""

@@ -117,6 +117,7 @@ class PlanRecord(Record):
     # rounds added to `runs` (order_runs continued) until every ratio is precise or max_repeats
     precision: Precision | None = None
     fidelity: FidelityRecord | None = None  # fidelity campaigns only (absent otherwise: older plans hash the same)
+    family: str | None = None  # the campaign's family (set only when given: older plans hash the same)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from harness.report.intervals import fmt, methods_note, pairing_lines, precision
 from harness.report.peers import engines_section
 from harness.report.provenance_md import provenance_lines, provenance_warnings
 from harness.report.results import Results
+from harness.report.roof import combined_roofline, io_roofline
 from harness.report.traced import traced_section
 
 AUTHOR_BEGIN = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->"
@@ -275,14 +276,12 @@ def _roofline(data: CampaignData, res: Results) -> list[str]:
             "|---|---|---|---|---|---|---|---|"]
     for c in res.cells:
         got = c.tok_s.point if c.tok_s else None
-        if got is None or not math.isfinite(c.mib_per_tok) or c.mib_per_tok <= 0:
+        roof = io_roofline(c, mib_s)
+        if got is None or roof is None:
             out.append(f"| {c.label} | {_f(c.mib_per_tok, 1)} | n/a | {_f(c.compute_s, 3)} | n/a | {_f(got)} "
                        f"| n/a | n/a |")
             continue
-        roof = mib_s / c.mib_per_tok
-        comb = None  # only where the engine split the token (an mmap baseline's page faults land in compute)
-        if math.isfinite(c.io_s) and math.isfinite(c.compute_s) and c.compute_s > 0:
-            comb = 1 / max(c.mib_per_tok / mib_s, c.compute_s)
+        comb = combined_roofline(c, mib_s)  # only where the engine split the token
         out.append(f"| {c.label} | {c.mib_per_tok:.1f} | {roof:.2f} | {_f(c.compute_s, 3)} | {_f(comb)} | "
                    f"{got:.2f} | {100 * got / roof:.0f}% | {'n/a' if comb is None else f'{100 * got / comb:.0f}%'} |")
     return out
