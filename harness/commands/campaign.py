@@ -123,7 +123,8 @@ def report(
     migrate: bool = typer.Option(False, "--migrate", help="rewrite an older manifest at the current version, "
                                                           "recording the sha256 of the raw files as they are now"),
     all_: bool = typer.Option(False, "--all", help="write reports/README.md (next to bench-data/): every "
-                                                   "campaign folder, one table per model; and reports/<family>.md for every `family:`"),
+                                                   "campaign folder, one table per model; and "
+                                                   "reports/<family>.md for every `family:`"),
 ) -> None:
     """Regenerate findings.md, results.csv and plots/ from a campaign folder's raw files; with --all,
     reports/README.md from every folder under bench-data/."""
