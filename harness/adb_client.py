@@ -14,35 +14,20 @@ surprises (read in adbutils 2.x's source, `_adb.py` and `_device_base.py`):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import adbutils
 from adbutils import AdbClient
 from adbutils._adb import AdbConnection
 
-DEFAULT_SERVER = "127.0.0.1:5037"
-_HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})$")
+from harness.formats.campaign_fleet import DEFAULT_SERVER as DEFAULT_SERVER  # re-exported
+from harness.formats.campaign_fleet import parse_server as parse_server
+from harness.formats.campaign_fleet import server_name
 
 
 class ServerUnreachable(adbutils.AdbError):
     """The adb server at host:port did not accept a connection (an adbutils.AdbError, so that adbutils'
     own callers and harness.adb.ADB_ERRORS treat it as any failed adb call)."""
-
-
-def parse_server(text: str) -> tuple[str, int]:
-    """`host:port` -> (host, port); ValueError with what is wrong. IPv6 hosts in brackets: [::1]:5037."""
-    m = _HOST_PORT.match(text.strip()) if isinstance(text, str) else None
-    if m is None:
-        raise ValueError(f"{text!r} is not host:port (an adb server, e.g. 127.0.0.1:5037 or lab1:5037)")
-    port = int(m["port"])
-    if not 0 < port < 65536:
-        raise ValueError(f"{text!r}: port {port} is not 1-65535")
-    return m["host"].strip("[]"), port
-
-
-def server_name(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Connection(AdbConnection):

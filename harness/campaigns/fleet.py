@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.adb_client import parse_server, server_name
 from harness.campaigns.expand import Cell, order_runs
 from harness.campaigns.validate import Plan
 from harness.errors import UserError
-from harness.formats.campaign_fleet import FleetRecord
+from harness.formats.campaign_fleet import FleetRecord, parse_server, server_name
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,11 @@ def fleet_plan(plan: Plan, devices: list[FleetDevice]) -> Plan:
     c = plan.campaign
     use = use_of(plan)
     f = c.fleet
+    every = lambda x: type(x).model_validate(x.model_dump())  # noqa: E731 (every field set: the hash names each)
     rec = FleetRecord(use=use, devices=[d.label for d in devices],
-                      **({"targets": list(c.targets)} if c.targets is not None else {}),
+                      **({"targets": [every(t) for t in c.targets]} if c.targets is not None else {}),
                       **({"servers": list(f.servers)} if f is not None and f.servers is not None else {}),
-                      **({"match": f.match} if f is not None and f.match is not None else {}))
+                      **({"match": every(f.match)} if f is not None and f.match is not None else {}))
     if use == "spread":
         return replace(plan, fleet=rec)
     cells = device_cells(plan.cells, [d.label for d in devices])

@@ -139,11 +139,18 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
             return s
         return Member(x.device.label, open_)
 
+    def queued(i: int, n: int) -> None:  # runs waiting for a device: its own (compare), or anyone's (spread)
+        key = owner[m.runs[i].cell] if owner is not None else ""
+        waiting[key] = waiting.get(key, 0) + n
+        for x in labels if owner is None else [key]:
+            prog.queue(x, waiting[key])
+
     def on_events(batch: list[Event]) -> None:
         dirty = False
         for ev in batch:
             if ev.kind == "start":
                 r = m.runs[ev.index]
+                queued(ev.index, -1)
                 prog.start(ev.label, r.run_id, cells[r.cell].label, r.round + 1)
             elif ev.kind == "done":
                 outcome, hashes = ev.result
@@ -167,6 +174,9 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
     for label, s in sessions.items():
         _describe(m, label, s)
     pending = [i for i, r in enumerate(m.runs) if not r.finished]
+    waiting: dict[str, int] = {}
+    for i in pending:
+        queued(i, 1)
     try:
         with prog:
             rep = schedule(pending, [member(x) for x in members],

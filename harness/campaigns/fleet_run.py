@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -32,12 +33,26 @@ from harness.campaigns.questions import write_prompts_file
 from harness.campaigns.rounds import CampaignResult
 from harness.campaigns.validate import Plan
 from harness.errors import ResourceError, UserError
+from harness.formats.campaign_fleet import parse_server
 from harness.formats.files import copy_file
 from harness.formats.folder import CAMPAIGN_FILE
 from harness.formats.manifest import Manifest, SessionRecord, load_manifest, plan_hash, save_manifest
 from harness.targets.base import Target
 
 DEFAULT_GRACE_S = 300.0
+
+
+@dataclass(frozen=True)
+class Kit:
+    """What a fleet campaign shares with a one-device one, handed over by harness.campaigns.runner (which
+    calls this module: importing it back would make a cycle)."""
+
+    plan_record: Callable  # (plan) -> PlanRecord
+    new_manifest: Callable  # (plan, rec, target_desc, res, t) -> Manifest
+    resolve_inputs: Callable  # (plan, target, console) -> Resolved (stages the engine and model)
+    note_other_plans: Callable  # (root, plan, hash, console)
+    refuse_unhashed: Callable  # (folder, manifest)
+    git_commit: Callable  # (cwd) -> {commit, dirty}
 
 
 def open_all(members: list[FleetMember]) -> tuple[dict[str, TargetSession], dict[str, str]]:
@@ -57,11 +72,11 @@ def open_all(members: list[FleetMember]) -> tuple[dict[str, TargetSession], dict
     return opened, why
 
 
-def run_fleet_campaign(plan: Plan, *, root: Path, console: Console, fresh: bool = False, retry_failed: bool = False,
-                       make_target: Callable[[FleetDevice], Target] = adb_target, poll_s: float = 1.0
-                       ) -> CampaignResult:
-    from harness.campaigns.runner import _note_other_plans, _refuse_unhashed, new_manifest, plan_record, resolve_inputs
-
+def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fresh: bool = False,
+                       retry_failed: bool = False, make_target: Callable[[FleetDevice], Target] = adb_target,
+                       poll_s: float = 1.0) -> CampaignResult:
+    """Run or resume the fleet campaign `plan` (see the module's docstring); its devices' Targets are made by
+    make_target (AdbTarget by default; the scheduler benchmark passes its fake fast target)."""
     c = plan.campaign
     if c.targets is not None:
         devices = listed_devices(plan)
@@ -69,12 +84,21 @@ def run_fleet_campaign(plan: Plan, *, root: Path, console: Console, fresh: bool 
         devices, _, down = selected_devices(plan)
         for line in down:
             console.print(f"{line}: its devices are not in this campaign", highlight=False)
-    plan = fleet_plan(plan, devices)
-    rec = plan_record(plan)
+    matrix = plan
+    plan = fleet_plan(matrix, devices)
+    rec = kit.plan_record(plan)
     h = plan_hash(rec)
+    if c.targets is None and not fresh and store.find_resumable(root, c.name, h, with_failed=retry_failed) is None:
+        again = _started_over(root, matrix, kit)  # a selector finding other devices now: resume over the first ones
+        if again is not None:
+            plan, devices = again
+            rec = kit.plan_record(plan)
+            h = plan_hash(rec)
+            console.print(f"resuming over the devices this campaign started with: {', '.join(plan.fleet.devices)}",
+                          highlight=False)
     grace = c.fleet.device_grace_s if c.fleet is not None else DEFAULT_GRACE_S
     state: dict = {"folder": None, "m": None}
-    members = [device_opener(plan, d, resolve_inputs, lambda: (state["folder"], state["m"]), make_target)
+    members = [device_opener(plan, d, kit.resolve_inputs, lambda: (state["folder"], state["m"]), make_target)
                for d in devices]
     lock: store.FolderLock | None = None
     try:
@@ -85,7 +109,7 @@ def run_fleet_campaign(plan: Plan, *, root: Path, console: Console, fresh: bool 
             if folder is not None:
                 lock = store.lock_folder(folder)
                 m = load_manifest(folder)
-                _refuse_unhashed(folder, m)
+                kit.refuse_unhashed(folder, m)
                 state.update(folder=folder, m=m)
             opened, why = open_all(members)
             for label, reason in why.items():
@@ -98,9 +122,9 @@ def run_fleet_campaign(plan: Plan, *, root: Path, console: Console, fresh: bool 
             now = time.time()
             if folder is None:
                 if not fresh:
-                    _note_other_plans(root, plan, h, console)
+                    kit.note_other_plans(root, plan, h, console)
                 first = opened[next(d.label for d in devices if d.label in opened)]
-                m = new_manifest(plan, rec, {"kind": first.target.kind}, first.res, now)
+                m = kit.new_manifest(plan, rec, {"kind": first.target.kind}, first.res, now)
                 m.provenance = campaign_provenance(plan, first.target, first.res, first.desc)
                 new_m = m
 
@@ -135,7 +159,7 @@ def run_fleet_campaign(plan: Plan, *, root: Path, console: Console, fresh: bool 
                     console.print(f"{label}: not used: {bad}", highlight=False)
                     del opened[label]
         m.status = "running"
-        m.sessions.append(SessionRecord(start=store.iso(now), end=None, **_git()))
+        m.sessions.append(SessionRecord(start=store.iso(now), end=None, **kit.git_commit(Path.cwd())))
         save_manifest(folder, m)
         return run_fleet(plan, m, folder, members, console, grace_s=grace, opened=opened, poll_s=poll_s,
                          live=console.is_terminal)
@@ -144,10 +168,22 @@ def run_fleet_campaign(plan: Plan, *, root: Path, console: Console, fresh: bool 
             lock.release()
 
 
-def _git() -> dict:
-    from harness.campaigns.runner import git_commit
-
-    return git_commit(Path.cwd())
+def _started_over(root: Path, matrix: Plan, kit: Kit) -> tuple[Plan, list[FleetDevice]] | None:
+    """The newest unfinished folder of this selector campaign whose plan, over the devices it recorded, is this
+    campaign's: (that plan, those devices)."""
+    for d, _ in reversed(store.unfinished_elsewhere(root, matrix.campaign.name, "")):
+        m = load_manifest(d)
+        f = m.campaign.fleet
+        if f is None or f.servers is None:
+            continue
+        devs = []
+        for label in f.devices:
+            serial, _, server = label.rpartition("@")
+            devs.append(FleetDevice(label, serial, *parse_server(server)))
+        p = fleet_plan(matrix, devs)
+        if plan_hash(kit.plan_record(p)) == m.plan_hash:
+            return p, devs
+    return None
 
 
 def _same_kind(plan: Plan, opened: dict[str, TargetSession]) -> None:

@@ -256,9 +256,10 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
     console = console or Console(stderr=True)
     plan = plan_campaign(path, overrides=overrides)
     if plan.campaign.targets is not None or plan.campaign.fleet is not None:
-        from harness.campaigns.fleet_run import run_fleet_campaign
+        from harness.campaigns.fleet_run import Kit, run_fleet_campaign
 
-        return run_fleet_campaign(plan, root=root, console=console, fresh=fresh, retry_failed=retry_failed,
+        kit = Kit(plan_record, new_manifest, resolve_inputs, _note_other_plans, _refuse_unhashed, git_commit)
+        return run_fleet_campaign(plan, kit, root=root, console=console, fresh=fresh, retry_failed=retry_failed,
                                   **({"make_target": fleet_target} if fleet_target is not None else {}))
     rec = plan_record(plan)
     h = plan_hash(rec)

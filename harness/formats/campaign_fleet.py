@@ -16,14 +16,32 @@ devices (spread) or are reported as not run (compare)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-from harness.adb_client import DEFAULT_SERVER, parse_server
 from harness.formats.campaign_types import Label
 from harness.formats.record import Record
+
+DEFAULT_SERVER = "127.0.0.1:5037"
+_HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})$")
+
+
+def parse_server(text: str) -> tuple[str, int]:
+    """An adb server's `host:port` -> (host, port); ValueError saying what is wrong. IPv6: [::1]:5037."""
+    m = _HOST_PORT.match(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise ValueError(f"{text!r} is not host:port (an adb server, e.g. 127.0.0.1:5037 or lab1:5037)")
+    port = int(m["port"])
+    if not 0 < port < 65536:
+        raise ValueError(f"{text!r}: port {port} is not 1-65535")
+    return m["host"].strip("[]"), port
+
+
+def server_name(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _server(v: str) -> str:

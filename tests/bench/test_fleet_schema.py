@@ -7,11 +7,11 @@ import textwrap
 
 import pytest
 
-from harness.adb_client import parse_server
 from harness.campaigns.fleet import FleetDevice, fleet_plan, listed_devices, matches, owner_of
 from harness.campaigns.runner import plan_record
 from harness.campaigns.validate import plan_campaign
 from harness.campaigns.yamlsrc import CampaignError
+from harness.formats.campaign_fleet import parse_server
 from harness.formats.manifest import plan_hash
 
 FLEET = """\
@@ -86,7 +86,7 @@ def test_set_reaches_into_the_fleet(tmp_path):
     plan = plan_campaign(p, overrides=("targets.1.server=lab3:5038", "fleet.device_grace_s=5"))
     assert listed_devices(plan)[1].label == "R5CT2@lab3:5038" and plan.campaign.fleet.device_grace_s == 5
     assert errors(p, "targets.0.server=lab1") == [
-        "--set targets.0.server=lab1: targets.0.server 'lab1' is not host:port (an adb server, e.g. 127.0.0.1:5037 "
+        "--set targets.0.server=lab1: targets[0].server 'lab1' is not host:port (an adb server, e.g. 127.0.0.1:5037 "
         "or lab1:5037)"]
 
 
@@ -97,7 +97,7 @@ def test_fleet_errors_name_file_and_line(tmp_path):
     bad = FLEET.replace('server: "lab1:5037"', 'server: "lab1:99999"').replace("use: compare", "use: shard")
     p = _write(tmp_path, bad)
     assert errors(p) == [
-        f"{p}:9: targets.0.server 'lab1:99999': port 99999 is not 1-65535",
+        f"{p}:9: targets[0].server 'lab1:99999': port 99999 is not 1-65535",
         f"{p}:12: fleet.use must be one of compare, spread, got 'shard'"]
     p = _write(tmp_path, FLEET.replace("  - {serial: emulator-5554}\n", TWICE))
     assert errors(p) == [f"{p}:11: targets: s23-a is listed twice (labels must differ)"]
