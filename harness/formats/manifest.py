@@ -5,7 +5,7 @@ and of every run's outcome, rewritten atomically after each run.
     campaign            the plan (PlanRecord): what was asked, with the `--set` overrides applied and listed
                         (`overrides`, absent without any); hashed into plan_hash to find a folder to resume
     source, reproduce   the campaign file, and the command that runs it again (with the same --set arguments)
-    harness, engine, model, target, read_bandwidth, devices (a fleet's, by label)    what it ran with and on
+    harness, engine, model, target, read_bandwidth    what it ran with and on
     runs                one RunRecord per planned run, in plan order: its place, its outcome, and (v2) the
                         sha256 of every raw file of the run as committed (metrics.csv, state.jsonl,
                         engine.log, outcome.json, and a quality run's replies.jsonl)
@@ -174,12 +174,12 @@ class Attempt(Outcome):
     for runs committed before manifest v2 and not migrated)."""
 
     sha256: dict[str, str] | None = None
-    device: str | None = None  # a fleet campaign: the label of the device it ran on (set only there)
 
 
 class RunRecord(Attempt, RunSlot):
     status: Literal["pending", "ok", "failed"] = "pending"
     previous_attempts: list[Attempt] = []  # earlier failed attempts, oldest first (--retry-failed)
+    device: str | None = None  # the label of the device it ran on (Manifest.devices); None: the campaign's target
 
     @property
     def finished(self) -> bool:
@@ -197,7 +197,7 @@ class RunRecord(Attempt, RunSlot):
 
     def retry(self) -> RunRecord:
         """This (failed) run pending again, its outcome kept as the newest previous attempt."""
-        keep = [*Outcome.model_fields, "sha256", "device"]
+        keep = [*Outcome.model_fields, "sha256"]
         attempt = Attempt(**{k: getattr(self, k) for k in keep if k in self.model_fields_set})
         return RunRecord(**{**self.slot(), "previous_attempts": [*self.previous_attempts, attempt]},
                          status="pending")
@@ -251,7 +251,7 @@ class Manifest(Record):
     engines: dict[str, EngineDesc] | None = None  # engines axis: every engine, by label (set only there)
     provenance: Provenance | None = None  # v3; None in a folder from before it (legacy)
     fidelity_ref: FidelityRef | None = None  # a fidelity campaign's reference run, once made
-    devices: dict[str, TargetDesc] | None = None  # a fleet: each device's description, by label (set only there)
+    devices: dict[str, dict[str, Any]] | None = None  # runs on several devices: label -> its description
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")

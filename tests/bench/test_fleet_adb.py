@@ -126,7 +126,7 @@ def test_compare_runs_the_whole_matrix_on_every_device_at_once(lab, tmp_path):
     for r in m.runs:
         assert r.device == cells[r.cell].device and r.status == "ok" and r.tokens == 4
     assert set(m.devices) == set(DEVS)
-    assert m.devices["b2"].serial == "127.0.0.1:15574" and m.devices["b2"].server == f"127.0.0.1:{S2}"
+    assert m.devices["b2"]["serial"] == "127.0.0.1:15574" and m.devices["b2"]["server"] == f"127.0.0.1:{S2}"
     assert most_at_once(m.runs) >= 3  # one worker per device, all at once (4 on an idle machine)
     assert raw_file_changes(res.folder, m) == []
 

@@ -80,4 +80,4 @@ def test_spread_fleet_shares_the_runs_and_each_records_its_device(tmp_path):
     assert all(c.device is None for c in m.campaign.cells)
     used = {r.device for r in m.runs}
     assert used <= {"d1", "d2", "d3"} and len(used) >= 2
-    assert m.devices["d1"].kind == "local"
+    assert m.devices["d1"]["kind"] == "local"
