@@ -19,6 +19,7 @@ from rich.console import Console
 
 from harness.campaigns.runner import run_campaign
 from harness.formats.manifest import load_manifest, raw_file_changes
+from harness.targets.adb import AdbTarget
 from tests.helpers.adb_fleet import Lab, listening, write_engine
 
 pytestmark = [pytest.mark.adb]
@@ -80,9 +81,9 @@ def campaign(tmp_path, name: str, labels: list[str], *, use: str = "compare", gr
     return p
 
 
-def run(p, root, console=None):
+def run(p, root, console=None, **kw):
     console = console or Console(file=StringIO(), width=200)
-    return run_campaign(p, root=root, console=console), console
+    return run_campaign(p, root=root, console=console, **kw), console
 
 
 def _t(iso: str) -> float:
@@ -161,7 +162,16 @@ def test_device_lost_mid_run_fails_that_run_and_its_queue_resumes_later(lab, tmp
     assert "b1: lost" in out.file.getvalue()
     before = {r.run_id: r.sha256 for r in m.runs if r.finished}
     lab.start_device(port, DEVS["b1"][1])  # back (with an empty /data: staged again)
-    res2, _ = run(p, root)
+    made = {}
+
+    def target(d):
+        made[d.label] = AdbTarget(d.serial, host=d.host, port=d.port)
+        return made[d.label]
+
+    res2, _ = run(p, root, fleet_target=target)
+    # staged once per device: the files a1 and a2 kept are not pushed again (same sha256); b1 lost its /data
+    assert [x for _, x in made["a1"].stage_log] == ["unchanged", "unchanged"]
+    assert [x for _, x in made["b1"].stage_log] == ["pushed", "pushed"]
     assert res2.folder == res.folder and (res2.n_skipped, res2.n_not_run) == (9, 0)
     m2 = load_manifest(res.folder)
     assert {r.run_id: r.sha256 for r in m2.runs if r.run_id in before} == before  # nothing finished is lost
