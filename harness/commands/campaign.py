@@ -101,6 +101,9 @@ def run(
         typer.echo(f"report: {res.folder / FINDINGS}")
     typer.echo(f"{res.n_ok} runs ok, {res.n_failed} failed"
                f"{f', {res.n_skipped} finished earlier' if res.n_skipped else ''}: {res.folder}")
+    if res.n_not_run:
+        raise RunFailed(f"{res.n_not_run} run(s) not run: {res.not_run or 'no device could take them'}; when the "
+                        f"devices are back, run `{resume}` to run only those (finished runs are kept)")
     if res.n_failed:
         raise RunFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
                         f"{res.folder / MANIFEST}); fix the cause and run `{resume} --retry-failed` "

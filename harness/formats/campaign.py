@@ -24,6 +24,7 @@ from pydantic import (
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from harness.formats.campaign_fidelity import FidelitySpec
+from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
 from harness.formats.campaign_types import FlagName, Flags, FlagValue, Label, Value, _check
 from harness.formats.model_fields import ModelFields, recipe_fields
 
@@ -226,11 +227,13 @@ class CampaignFile(_Model):
     family: _FamilyName | None = Field(None, description=(
         "a name shared by campaigns asking one question of different models, with the same cell labels; "
         "`bmoe-bench report --all` writes reports/<family>.md across them, by model size"))
+    targets: list[FleetTarget] | None = Field(None, min_length=1, description="a fleet: [{serial, server, label}]")
+    fleet: FleetSpec | None = Field(None, description="a fleet's use (compare|spread), selector, device_grace_s")
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
         out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
-        out += self._precision_problems() + self._fidelity_problems()
+        out += self._precision_problems() + self._fidelity_problems() + fleet_problems(self)
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))
