@@ -233,10 +233,11 @@ def _folders(root: Path, name: str) -> list[tuple[Path, Manifest]]:
     return out
 
 
-def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False) -> Path | None:
-    """The newest unfinished folder of this campaign with the same plan, if any (with_failed: also a
-    complete one that has failed runs)."""
-    found = [d for d, m in _folders(root, name) if m.plan_hash == plan_hash and (
+def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False,
+                   shard: str | None = None) -> Path | None:
+    """The newest unfinished folder of this campaign with the same plan and shard ("k/n", None: the whole
+    plan), if any (with_failed: also a complete one that has failed runs)."""
+    found = [d for d, m in _folders(root, name) if m.plan_hash == plan_hash and m.shard == shard and (
         m.status != "complete" or with_failed and any(r.status == "failed" for r in m.runs))]
     return found[-1] if found else None
 

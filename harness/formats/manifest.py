@@ -14,6 +14,10 @@ and of every run's outcome, rewritten atomically after each run.
                         identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
                         whether it was dirty; external: its --version line and the binary's sha256) and the
                         device's fingerprint (each run's outcome has the model_sha256 it ran with)
+    devices, runs[].device    runs on several devices (a fleet, or shards merged from several machines): each
+                        device's description by label, and the label of the one each run ran on
+    shard               "k/n" in a folder that ran only shard k of n of the plan (`bmoe-bench run --shard`);
+                        `bmoe-bench merge` joins the shards' folders into one without it
 
 Versions: v1 had no file hashes; v2 no provenance. `load_manifest` upgrades an older file in memory (a v1
 file's runs then have no hashes to check: `unhashed_runs`; a v1 or v2 file has no provenance: `legacy`);
@@ -177,6 +181,7 @@ class Attempt(Outcome):
 class RunRecord(Attempt, RunSlot):
     status: Literal["pending", "ok", "failed"] = "pending"
     previous_attempts: list[Attempt] = []  # earlier failed attempts, oldest first (--retry-failed)
+    device: str | None = None  # the label of the device it ran on (Manifest.devices); None: the campaign's target
 
     @property
     def finished(self) -> bool:
@@ -248,6 +253,8 @@ class Manifest(Record):
     engines: dict[str, EngineDesc] | None = None  # engines axis: every engine, by label (set only there)
     provenance: Provenance | None = None  # v3; None in a folder from before it (legacy)
     fidelity_ref: FidelityRef | None = None  # a fidelity campaign's reference run, once made
+    devices: dict[str, dict[str, Any]] | None = None  # runs on several devices: label -> its description
+    shard: str | None = None  # "k/n": this folder holds shard k of n of the plan (`run --shard`); None: all of it
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
