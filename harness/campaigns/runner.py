@@ -1,5 +1,5 @@
 """Run a campaign: one fresh engine process per run, in the planned order, each gated on the cooldown
-condition, its raw files committed the moment it ends, the manifest rewritten after every run.
+condition, its raw files committed the moment it ends, the manifest rewritten as runs finish (store.ManifestSaver).
 
 Resumable: `run_campaign` on the same file continues the newest unfinished folder with the same plan;
 finished runs (ok or failed) are never repeated. A failed run is recorded with its reason and the rest

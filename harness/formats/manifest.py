@@ -1,5 +1,5 @@
 """`bmoe-manifest v3`: a campaign folder's manifest.json, the record of everything that defines its runs
-and of every run's outcome, rewritten atomically after each run.
+and of every run's outcome, rewritten atomically as runs finish.
 
     format, version, created, status ("running", "complete", "interrupted", "stopped: ...")
     campaign            the plan (PlanRecord): what was asked, with the `--set` overrides applied and listed
