@@ -205,11 +205,14 @@ def _machines(loaded: list[tuple[Path, Manifest]]) -> tuple[dict[Path, str | Non
         devices.setdefault(label, shown)
         where.setdefault(label, f)
 
+    fleet = any(x.devices for _, x in loaded)
     for f, m in loaded:
-        unlabelled = any(r.device is None for r in m.runs if r.finished)
-        labels[f] = None if one and not any(x.devices for _, x in loaded) else ids[f][0]
-        if labels[f] is not None and unlabelled:
-            add(ids[f][0], ids[f][1], f)
+        label, desc = ids[f]
+        if label in devices and devices[label] != desc:  # two machines of one name: told apart by their shard
+            label = f"{label} (shard {m.shard or 'all'})"
+        labels[f] = None if one and not fleet else label
+        if labels[f] is not None and any(r.device is None for r in m.runs if r.finished):
+            add(label, desc, f)
         for label, desc in (m.devices or {}).items():
             add(label, desc, f)
     return labels, devices, out

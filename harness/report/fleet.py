@@ -64,7 +64,8 @@ def _ok(runs: list[RunData]) -> list[RunData]:
 
 
 def _rates(runs: list[RunData], warmup: int) -> list[float]:
-    return [stats.tok_s(r.metrics.wall_ms(warmup)) for r in _ok(runs)]
+    rates = [stats.tok_s(r.metrics.wall_ms(warmup)) for r in _ok(runs)]
+    return [x for x in rates if x > 0]  # NaN (no token after the warm-up) is no rate
 
 
 def _cell_runs(runs: list[RunData], warmup: int) -> stats.CellRuns:

@@ -147,6 +147,25 @@ def test_merge_refuses_another_plan_a_changed_file_and_a_shard_twice(runs, tmp_p
     assert (out / "x").read_text() == "mine"
 
 
+def test_shards_from_two_machines_keep_their_machine_and_the_report_tests_it(runs, tmp_path):
+    _, _, _, s1, s2 = runs
+    other = tmp_path / "lab2"
+    shutil.copytree(s2, other)
+    m = load_manifest(other)
+    m.target.hostname, m.target.cpus = "lab2-host", 64  # as the other lab's machine describes itself
+    save_manifest(other, m)
+    res = merge_folders([s1, other], tmp_path / "m")
+    here = load_manifest(s1).target.hostname
+    assert res.devices == sorted([here, "lab2-host"])
+    mm = load_manifest(res.folder)
+    assert {r.run_id: r.device for r in mm.runs} == {
+        **{r.run_id: here for r in load_manifest(s1).runs}, **{r.run_id: "lab2-host" for r in m.runs}}
+    assert mm.devices["lab2-host"]["cpus"] == 64
+    dev = build_report(res.folder, with_plots=False).texts["findings.md"].split("## Devices\n\n", 1)[1]
+    assert dev.startswith("The runs of one matrix were shared by 2 devices (spread):")
+    assert "analysis of variance of log tok/s across devices within each cell, pooled over 2 cell(s): F(2, 4)" in dev
+
+
 def test_a_missing_shard_leaves_its_runs_pending_for_a_resume(runs, tmp_path, capsys):
     _, p, whole, s1, _ = runs
     root = tmp_path / "bd"
