@@ -8,7 +8,7 @@ import math
 
 from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
-from harness.report.fleet import fleet_of, fleet_section, fleet_verdict, fleet_warnings
+from harness.report.fleet import fleet_of, fleet_section, fleet_verdict, fleet_warnings, pooled_note
 from harness.report.intervals import fmt, methods_note, pairing_lines, precision_lines
 from harness.report.peers import engines_section
 from harness.report.provenance_md import provenance_lines, provenance_warnings
@@ -350,7 +350,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     if warn:
         L += ["**Warnings**", ""] + warn + [""]
     L += _setup(data, res)
-    L += ["## Results", ""] + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
+    L += ["## Results", ""] + pooled_note(fl) + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
     L += fleet_section(data, res, fl)

@@ -214,3 +214,11 @@ def fleet_warnings(fl: Fleet | None) -> list[str]:
     if not fl.test.tested:
         return ["device: whether the devices differ could not be tested (no device ran a cell twice); add repeats."]
     return []
+
+
+def pooled_note(fl: Fleet | None) -> list[str]:
+    """Above the results table of a spread campaign whose devices differ: what its figures are not."""
+    if fl is None or fl.use != SPREAD or fl.test is None or not fl.test.refuses:
+        return []
+    return ["**Not the campaign's figures**: each cell below pools the runs of devices that differ (see Devices); "
+            "its tok/s and interval describe no device.", ""]

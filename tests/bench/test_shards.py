@@ -63,8 +63,8 @@ def _tree(d: Path) -> dict[str, str]:
 
 
 def _measured_here(findings: str) -> str:
-    """findings.md without what a run measures of its machine (start times, entry state, the read-bandwidth
-    probe): the run order table keeps each run's id, cell, round and status, in run-id order."""
+    """findings.md without what a run measures of its machine (start times, wall times, entry state): the run
+    order table keeps each run's id, cell, round and status, in run-id order."""
     out, rows, section = [], [], ""
     for line in findings.splitlines():
         if line.startswith("## "):
@@ -72,8 +72,6 @@ def _measured_here(findings: str) -> str:
         if section == "## Run order and entry state" and re.match(r"\| \d+ \| r\d", line):
             cols = [c.strip() for c in line.strip("|").split("|")]
             rows.append(" ".join([cols[1], cols[2], cols[3], cols[6]]))
-            continue
-        if section == "## I/O roofline":
             continue
         out.append(line)
     return "\n".join(out + sorted(rows))

@@ -110,6 +110,7 @@ def test_spread_over_devices_that_differ_refuses_to_pool(tmp_path):
     assert ", p < 0.0001, below 0.05." in verdict
     assert "is fastest" not in verdict  # no pooled winner
     assert "- device: the results table pools runs of 2 devices that differ" in md
+    assert _section(md, "Results").startswith("**Not the campaign's figures**: each cell below pools")
     dev = _section(md, "Devices")
     assert dev.startswith("The runs of one matrix were shared by 2 devices (spread):\n\n- **a**: kind=adb, serial=A1")
     assert "**Not pooled**: the device explains part of the variance" in dev
@@ -122,7 +123,7 @@ def test_spread_over_devices_that_differ_refuses_to_pool(tmp_path):
 
 def test_spread_over_alike_devices_pools_and_says_what_it_tested(tmp_path):
     md = build_report(_spread_folder(tmp_path, 1.0), with_plots=False).texts["findings.md"]
-    assert "Not pooled" not in md and "- device:" not in md
+    assert "Not pooled" not in md and "- device:" not in md and "Not the campaign's figures" not in md
     assert "is fastest" in _section(md, "Verdict")
     dev = _section(md, "Devices")
     assert "**Pooled**: no device effect detected (one-way analysis of variance of log tok/s" in dev
