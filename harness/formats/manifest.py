@@ -71,6 +71,13 @@ def checked_run_id(v: str) -> str:
     return v
 
 
+def checked_shard(v: str | None) -> str | None:
+    """v, when it is None or `k/n` (a shard of the plan, harness.campaigns.shard)."""
+    if v is not None and not re.fullmatch(r"[0-9]{1,6}/[0-9]{1,6}", v):
+        raise ValueError(f"shard {shown(str(v))} is not of the form k/n (2/3)")
+    return v
+
+
 # ---- the plan record: the campaign as planned (kept apart: it mirrors the campaign file's models) --------
 
 class PlanCell(Record):
@@ -255,6 +262,7 @@ class Manifest(Record):
     fidelity_ref: FidelityRef | None = None  # a fidelity campaign's reference run, once made
     devices: dict[str, dict[str, Any]] | None = None  # runs on several devices: label -> its description
     shard: str | None = None  # "k/n": this folder holds shard k of n of the plan (`run --shard`); None: all of it
+    _shard = field_validator("shard")(lambda v: checked_shard(v))
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
