@@ -17,7 +17,7 @@ process. The process runs with BMOE_RUN_MARK=PIDFILE in its environment, and onl
 that mark is killed (a PID reused meanwhile is left alone); the run's log says so.
 
 `harness.targets.adb.AdbTarget` builds the campaign runner's Target on this; `bmoe-bench devices` uses
-`device_summaries` (and `harness.adb_parse.format_devices`). The command lines, scripts and the shell v2 decoder
+`harness.adb_devices`. The command lines, scripts and the shell v2 decoder
 are in `harness.adb_shell`, the pure parsers in `harness.adb_parse`.
 """
 
@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import adbutils
-from adbutils import AdbClient, AdbDevice
+from adbutils import AdbDevice
 
 from harness import devstate
+from harness.adb_client import ServerClient
 from harness.adb_parse import choose_serial, file_sha256, last_line, one_line, parse_df_available_kib, parse_sha256
 from harness.adb_shell import (
     DESCRIBE_SCRIPT,
@@ -55,6 +57,8 @@ _counter = itertools.count()
 
 # exceptions meaning the adb server or the device connection failed
 ADB_ERRORS = (adbutils.AdbError, OSError, EOFError)
+_local_hashes: dict[tuple[str, int, int], str] = {}  # a local file's sha256, shared by every Device (a fleet
+_hash_lock = threading.Lock()  # pushes one model to each device: hashed once, not once per device)
 
 
 class DeviceGone(Exception):
@@ -75,18 +79,24 @@ class ShellRun:
 
 class Device:
     """One adb device, chosen by serial (else $ANDROID_SERIAL, else the only one ready), through the adb
-    server at host:port (adbutils starts a local one if none is running)."""
+    server at host:port (never one started here: harness.adb_client). `stop` set from another thread ends
+    a run in progress as Ctrl-C does (the process killed by PID, KeyboardInterrupt raised in run's thread)."""
 
     def __init__(self, serial: str | None = None, *, host: str = "127.0.0.1", port: int = 5037):
-        self.client = AdbClient(host=host, port=port)
+        self.client = ServerClient(host=host, port=port)
+        self.serial = serial or ""
+        self.serial = self.ready(os.environ.get("ANDROID_SERIAL") if serial is None else None)
+        self._dev: AdbDevice = self.client.device(serial=self.serial)
+        self._orphans: list[str] = []  # pidfiles of runs that lost the device while their process ran
+        self.stop = threading.Event()
+
+    def ready(self, env_serial: str | None = None) -> str:
+        """The serial, once the server lists the device as ready; UserError saying why not otherwise."""
         try:
             infos = [(d.serial, d.state) for d in self.client.list()]
         except ADB_ERRORS as e:
             raise UserError(f"adb is not usable: {one_line(e)}") from e
-        self.serial = choose_serial(infos, serial, os.environ.get("ANDROID_SERIAL"))
-        self._dev: AdbDevice = self.client.device(serial=self.serial)
-        self._hash_cache: dict[tuple[str, int, int], str] = {}
-        self._orphans: list[str] = []  # pidfiles of runs that lost the device while their process ran
+        return choose_serial(infos, self.serial or None, env_serial)
 
     # ---- commands --------------------------------------------------------------------------------------
 
@@ -144,6 +154,8 @@ class Device:
             "hardware": props.get("hardware"),
             "cpus": int(cpus) if cpus and cpus.isdigit() else None,
             "mem_total_mib": mem["mem_total_mib"],
+            "fingerprint": props.get("ro.build.fingerprint"),
+            "server": self.client.name,
         }
 
     def sample_state(self) -> dict:
@@ -186,9 +198,10 @@ class Device:
     def _local_sha256(self, p: Path) -> str:
         st = p.stat()
         key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in self._hash_cache:
-            self._hash_cache[key] = file_sha256(p)
-        return self._hash_cache[key]
+        with _hash_lock:
+            if key not in _local_hashes:
+                _local_hashes[key] = file_sha256(p)
+            return _local_hashes[key]
 
     def push(self, local: Path, remote: str, kind: str, *, executable: bool = False) -> str:
         """Copy local to the path remote on the device unless a file of the same size and sha256 is
@@ -278,6 +291,8 @@ class Device:
             sock.settimeout(0.5)
             deadline = t0 + secs + _HOST_GRACE_S
             while stream.exit_code is None:
+                if self.stop.is_set():
+                    raise KeyboardInterrupt
                 if pid is None and time.monotonic() - t0 > 0.2:
                     pid = self._read_pid(pidfile)
                 if time.monotonic() > deadline:
@@ -361,30 +376,3 @@ class Device:
             self.shell(sh_join(["rm", "-f", pidfile]), timeout=5.0)
         except DeviceGone:
             pass
-
-
-# ---- `bmoe-bench devices` -----------------------------------------------------------------------------
-
-
-def device_summaries(host: str = "127.0.0.1", port: int = 5037, details: bool = False) -> list[dict]:
-    """[{serial, state, and with details for ready devices: model, android_release, free_mib}]."""
-    try:
-        infos = AdbClient(host=host, port=port).list()
-    except ADB_ERRORS as e:
-        raise UserError(f"adb is not usable (server {host}:{port}): {one_line(e)}") from e
-    out = []
-    for info in infos:
-        d: dict = {"serial": info.serial, "state": info.state}
-        if details and info.state == "device":
-            try:
-                dev = Device(info.serial, host=host, port=port)
-                desc = dev.describe()
-                d["model"] = " ".join(x for x in (desc["manufacturer"], desc["model"]) if x) or None
-                d["android_release"] = desc["android_release"]
-                d["kernel"] = desc["kernel"]
-                free = dev.free_kib("/data/local/tmp")
-                d["free_mib"] = round(free / 1024) if free is not None else None
-            except (UserError, DeviceGone) as e:
-                d["error"] = str(e)
-        out.append(d)
-    return out

@@ -24,7 +24,7 @@ def script(text: str, *args: str) -> str:
 
 # The device description in one round trip; constant text. getprop is absent on a Linux adbd.
 DESCRIBE_SCRIPT = r"""for p in ro.product.manufacturer ro.product.model ro.product.device ro.board.platform \
-  ro.soc.model ro.build.version.release ro.build.version.sdk ro.product.cpu.abi; do
+  ro.soc.model ro.build.version.release ro.build.version.sdk ro.product.cpu.abi ro.build.fingerprint; do
   echo "$p=$(getprop "$p" 2>/dev/null)"
 done
 echo "uname=$(uname -srm 2>/dev/null)"

@@ -2,8 +2,9 @@
 machines, joined into one campaign folder, as an unsharded run of the same runs would have left it.
 
 Checked before anything is written, every problem one line: each folder is a campaign folder (read as any
-other, links out refused); every folder has the first one's plan hash (a folder of another plan is refused);
-the engine builds and model files are the same (provenance); no shard and no finished run is in two folders;
+other, links out refused); every folder has the first one's plan (its matrix: a fleet's devices, an adb
+serial and the --set spelling aside, so that each lab's fleet can run its shard; a folder of another plan is
+refused); the engine builds and model files are the same (provenance); no shard and no finished run is in two folders;
 every finished run has its files' sha256 in its manifest. Then each finished run's folder is copied into D and
 hashed there: a file that differs from its manifest's sha256 (changed since committed, or a bad copy) refuses
 the merge and D is removed. Nothing is written outside D: the shards' folders are only read (no lock is taken
@@ -18,6 +19,8 @@ description), as a fleet records it; runs on one and the same machine carry none
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -112,15 +115,24 @@ def _place_problems(folders: list[Path], out: Path) -> list[str]:
     return out_problems
 
 
+def matrix_hash(m: Manifest) -> str:
+    """The hash of what a shard's runs are: the plan record without where they ran (a fleet's devices, an adb
+    serial) or how it was spelt (the --set arguments, already applied). Each lab's fleet makes its own plan hash;
+    its runs of one spread matrix are the same runs."""
+    d = {k: v for k, v in m.campaign.dump().items() if k not in ("fleet", "overrides")}
+    d["target"] = {k: v for k, v in d.get("target", {}).items() if k != "serial"}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _plan_problems(loaded: list[tuple[Path, Manifest]]) -> list[str]:
     """Another plan, another engine build or model, a shard twice or of another count, a fidelity campaign."""
     f0, m0 = loaded[0]
     out = []
     shards: dict[str, Path] = {}
     for f, m in loaded:
-        if m.plan_hash != m0.plan_hash:
-            out.append(f"{f}: plan {m.plan_hash} is not {f0}'s {m0.plan_hash} (another campaign file, or other --set "
-                       f"arguments): a folder of another plan is not merged")
+        if matrix_hash(m) != matrix_hash(m0):
+            out.append(f"{f}: plan {matrix_hash(m)} is not {f0}'s {matrix_hash(m0)} (another campaign file, or "
+                       f"other --set arguments): a folder of another plan is not merged")
             continue
         if m.fidelity_ref is not None:
             out.append(f"{f}: a fidelity campaign's folder (its reference is its own); it is not merged")

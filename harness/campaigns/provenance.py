@@ -15,12 +15,14 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from harness.adb import file_sha256
 from harness.adb_shell import script
 from harness.campaigns.pagecache import model_files
 from harness.errors import UserError
+from harness.formats.campaign_fleet import DEFAULT_SERVER
 from harness.formats.files import atomic_write_text
 from harness.formats.manifest import DeviceFingerprint, EngineIdentity, Provenance
 
@@ -31,6 +33,7 @@ LLAMA_CPP_COMMIT = "0c1e57098"
 
 
 CACHE_ENTRIES = 512
+_cache_lock = threading.Lock()  # a fleet's workers hash at once: one writer of the cache file at a time
 
 
 def cache_path() -> Path:
@@ -56,14 +59,15 @@ def cached_sha256(where: str, ident: tuple[int, int, int, int], compute) -> str:
     if key in cache:
         return cache[key]
     h = compute()
-    cache = _load_cache(p)  # another runner may have added entries meanwhile
-    cache[key] = h
-    cache = dict(list(cache.items())[-CACHE_ENTRIES:])  # the newest entries: files come and go
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(p, json.dumps(cache, indent=0) + "\n")
-    except OSError:
-        pass  # a read-only home: the hash stands, it is only not remembered
+    with _cache_lock:
+        cache = _load_cache(p)  # another runner may have added entries meanwhile
+        cache[key] = h
+        cache = dict(list(cache.items())[-CACHE_ENTRIES:])  # the newest entries: files come and go
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(p, json.dumps(cache, indent=0) + "\n")
+        except OSError:
+            pass  # a read-only home: the hash stands, it is only not remembered
     return h
 
 
@@ -105,7 +109,8 @@ def adb_sha256(device, path: str) -> str:
             raise UserError(f"adb device {device.serial}: sha256sum {path} failed; is the file readable there?")
         return h
 
-    return cached_sha256(f"adb:{device.serial}", ident, compute)  # type: ignore[arg-type]
+    server = device.client.name if device.client.name != DEFAULT_SERVER else ""  # a serial is unique per server
+    return cached_sha256(f"adb:{device.serial}" + (f"@{server}" if server else ""), ident, compute)  # type: ignore
 
 
 def target_sha256(target, path: str) -> str:

@@ -48,6 +48,8 @@ class CampaignResult:
     n_ok: int
     n_failed: int
     n_skipped: int  # finished in an earlier session
+    n_not_run: int = 0  # a fleet campaign: runs left pending because their devices were lost (why: not_run)
+    not_run: str = ""
 
 
 def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved, console: Console

@@ -79,7 +79,8 @@ def plan_record(plan: Plan) -> PlanRecord:
         cooldown=_every_field(c.cooldown),
         base_flags=c.flags,
         cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied,
-                        **({"engine": x.engine, "setting": x.setting} if x.engine else {})) for x in plan.cells],
+                        **({"engine": x.engine, "setting": x.setting} if x.engine else {}),
+                        **({"device": x.device} if x.device else {})) for x in plan.cells],
         order_of_runs=[r.run_id for r in plan.runs],
         **({"overrides": list(c.overrides)} if c.overrides else {}),  # absent without any: old hashes hold
         **({"quality": quality_record(c.quality)} if c.quality else {}),  # questions and grader, before any reply
@@ -87,6 +88,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"traces": True} if c.traces else {}),  # absent without: old hashes hold
         **({"precision": c.precision.model_copy(update={"min_repeats": c.min_repeats()})} if c.precision else {}),
         **({"fidelity": fidelity_record(c, plan.cells)} if c.fidelity else {}),  # absent without: old hashes hold
+        **({"fleet": plan.fleet} if plan.fleet is not None else {}),  # likewise
     )
 
 
@@ -248,12 +250,21 @@ def _harness_version() -> str:
 
 def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: Console | None = None,
                  fresh: bool = False, retry_failed: bool = False, target: Target | None = None,
-                 overrides: list[str] | tuple[str, ...] = (), shard: Shard | None = None) -> CampaignResult:
+                 overrides: list[str] | tuple[str, ...] = (), fleet_target=None, shard: Shard | None = None
+                 ) -> CampaignResult:
     """Run or resume a campaign. `overrides` (`--set KEY=VALUE`) are part of the plan: a folder resumes
-    only with the same ones, in the same order. `shard`: only that shard's rounds (harness.campaigns.shard),
-    in a folder of its own that has the whole plan's record and hash and resumes only as that shard."""
+    only with the same ones, in the same order. A fleet campaign (`targets:` or `fleet:`) goes to
+    harness.campaigns.fleet_run, its devices made by `fleet_target(FleetDevice)` (default: AdbTarget). `shard`: only
+    that shard's rounds (harness.campaigns.shard), in a folder of its own that has the whole plan's record and hash
+    and resumes only as that shard."""
     console = console or Console(stderr=True)
     plan = plan_campaign(path, overrides=overrides)
+    if plan.campaign.targets is not None or plan.campaign.fleet is not None:
+        from harness.campaigns.fleet_run import Kit, run_fleet_campaign
+
+        kit = Kit(plan_record, new_manifest, resolve_inputs, _note_other_plans, _refuse_unhashed, git_commit)
+        return run_fleet_campaign(plan, kit, root=root, console=console, fresh=fresh, retry_failed=retry_failed,
+                                  **({"make_target": fleet_target} if fleet_target is not None else {}), shard=shard)
     rec = plan_record(plan)
     h = plan_hash(rec)
     plan = shard_plan(plan, shard)  # its share of the runs; the record and the hash stay the whole plan's

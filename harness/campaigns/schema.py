@@ -101,6 +101,8 @@ def load_campaign(path: Path | str, overrides: list[str] | tuple[str, ...] = ())
     doc = read_document(path, shown)
     apply_overrides(doc, overrides)
     doc.problems += unpassable_strings(doc.data, (), doc)
+    if isinstance(doc.data, dict) and ("targets" in doc.data or "fleet" in doc.data) and "target" not in doc.data:
+        doc.data["target"] = {"kind": "adb"}  # a fleet's devices are adb devices
     try:
         spec = CampaignFile.model_validate(doc.data)
     except ValidationError as e:

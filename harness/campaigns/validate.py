@@ -12,6 +12,7 @@ from harness.campaigns.schema import Campaign, load_campaign
 from harness.campaigns.yamlsrc import CampaignError
 from harness.errors import UserError
 from harness.formats.campaign import FlagValue
+from harness.formats.campaign_fleet import FleetRecord
 from harness.formats.folder import COMPUTE_TRACE_FILE, IO_TRACE_FILE, PROMPTS_FILE, REPLIES_FILE
 
 
@@ -20,6 +21,7 @@ class Plan:
     campaign: Campaign
     cells: list[Cell]
     runs: list[RunSpec]
+    fleet: FleetRecord | None = None  # a fleet campaign's devices, once known (harness.campaigns.fleet.fleet_plan)
 
 
 def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool,

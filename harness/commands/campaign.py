@@ -110,6 +110,9 @@ def run(
     if part is not None:
         typer.echo(f"shard {part}: join it with the other shards' folders: bmoe-bench merge "
                    f"{shlex.quote(str(res.folder))} OTHER-SHARD-FOLDERS... --out NEW-FOLDER")
+    if res.n_not_run:
+        raise RunFailed(f"{res.n_not_run} run(s) not run: {res.not_run or 'no device could take them'}; when the "
+                        f"devices are back, run `{resume}` to run only those (finished runs are kept)")
     if res.n_failed:
         raise RunFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
                         f"{res.folder / MANIFEST}); fix the cause and run `{resume} --retry-failed` "

@@ -24,6 +24,7 @@ from pydantic import (
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from harness.formats.campaign_fidelity import FidelitySpec
+from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
 from harness.formats.campaign_types import FlagName, Flags, FlagValue, Label, Value, _check
 from harness.formats.model_fields import ModelFields, recipe_fields
 
@@ -220,11 +221,13 @@ class CampaignFile(_Model):
         "then the longest reply"))
     fidelity: FidelitySpec | None = Field(None, description=(
         "score cells teacher-forced against a reference run: {text_file: ..., ctx: 128, cells: lossy}"))
+    targets: list[FleetTarget] | None = Field(None, min_length=1, description="a fleet: [{serial, server, label}]")
+    fleet: FleetSpec | None = Field(None, description="a fleet's use (compare|spread), selector, device_grace_s")
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
         out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
-        out += self._precision_problems() + self._fidelity_problems()
+        out += self._precision_problems() + self._fidelity_problems() + fleet_problems(self)
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))

@@ -19,11 +19,10 @@ and of every run's outcome, rewritten atomically as runs finish.
     shard               "k/n" in a folder that ran only shard k of n of the plan (`bmoe-bench run --shard`);
                         `bmoe-bench merge` joins the shards' folders into one without it
 
-Versions: v1 had no file hashes; v2 no provenance. `load_manifest` upgrades an older file in memory (a v1
-file's runs then have no hashes to check: `unhashed_runs`; a v1 or v2 file has no provenance: `legacy`);
-`migrate_folder` rewrites it at the current version with the hashes of the files as they are now (it
-cannot know what ran then, so provenance stays absent). A version newer than this code is refused,
-naming the file.
+Versions: v1 had no file hashes; v2 no provenance. `load_manifest` upgrades an older file in memory (a v1 file's
+runs then have no hashes to check: `unhashed_runs`; a v1 or v2 file has no provenance: `legacy`); `migrate_folder`
+rewrites it at the current version with the hashes of the files as they are now (it cannot know what ran then, so
+provenance stays absent). A version newer than this code is refused, naming the file.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from pydantic import PrivateAttr, field_validator, model_validator
 from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
 from harness.formats.campaign_fidelity import FidelityRecord, FidelityRef
+from harness.formats.campaign_fleet import FleetRecord
 from harness.formats.files import atomic_write_json, sha256_file
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
@@ -87,6 +87,7 @@ class PlanCell(Record):
     varied: dict[str, FlagValue]  # what differs from the base cell (empty for the base)
     engine: str | None = None  # engines axis only: the cell's engine label (set only there)
     setting: int | None = None  # engines axis only: the reference engine's cell with the same flags
+    device: str | None = None  # a compare fleet only: the cell's device label (varied has it but on the first)
 
 
 class QualityRecord(Record):
@@ -128,6 +129,7 @@ class PlanRecord(Record):
     # rounds added to `runs` (order_runs continued) until every ratio is precise or max_repeats
     precision: Precision | None = None
     fidelity: FidelityRecord | None = None  # fidelity campaigns only (absent otherwise: older plans hash the same)
+    fleet: FleetRecord | None = None  # fleet campaigns only (absent otherwise: older plans hash the same)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------
@@ -199,10 +201,10 @@ class RunRecord(Attempt, RunSlot):
         keep = [*RunSlot.model_fields, "previous_attempts"]
         return {k: getattr(self, k) for k in keep if k in self.model_fields_set}
 
-    def finish(self, outcome: Outcome, sha256: dict[str, str]) -> RunRecord:
-        """This run, finished with `outcome`, its files committed with these hashes."""
+    def finish(self, outcome: Outcome, sha256: dict[str, str], device: str | None = None) -> RunRecord:
+        """This run, finished with `outcome`, its files committed with these hashes (on a fleet: on `device`)."""
         done = {k: getattr(outcome, k) for k in Outcome.model_fields if k in outcome.model_fields_set}
-        return RunRecord(**self.slot(), **done, sha256=sha256)
+        return RunRecord(**self.slot(), **done, sha256=sha256, **({"device": device} if device else {}))
 
     def retry(self) -> RunRecord:
         """This (failed) run pending again, its outcome kept as the newest previous attempt."""

@@ -45,6 +45,8 @@ class AdbTargetDesc(Record):
     mem_total_mib: float | None = None
     device_dir: str | None = None
     device_dir_free_mib: int | None = None
+    fingerprint: str | None = None  # ro.build.fingerprint
+    server: str | None = None  # the adb server it was reached through, host:port
 
 
 TargetDesc = Annotated[LocalTargetDesc | AdbTargetDesc, Field(discriminator="kind")]

@@ -23,8 +23,8 @@ class AdbTarget:
 
     serial: which device (else $ANDROID_SERIAL, else the only one ready); device_dir: where staged files
     and run outputs go on the device (default /data/local/tmp/bmoe; the Linux adbd in tests has a
-    tmpfs there), both created now. adb server at host:port (adbutils starts a local one if none is
-    running).
+    tmpfs there), both created now. adb server at host:port: one that does not answer is an error naming
+    it, never replaced by a local one (harness.adb_client).
     """
 
     kind = "adb"
@@ -67,6 +67,18 @@ class AdbTarget:
 
     def drop_caches(self) -> bool:
         return self.device.drop_caches()
+
+    def reconnect(self) -> None:
+        """After the device went away: UserError unless its server lists it ready again; then its device dir
+        is made again (a rebooted phone may have lost it; staged files are pushed again by stage())."""
+        self.device.ready()
+        self.device.stop.clear()
+        self.device.shell_ok(sh_join(["mkdir", "-p", self.device_dir, self.run_dir()]), what="create the device dir")
+
+    def interrupt(self) -> None:
+        """From another thread: end the run in progress as Ctrl-C would (the engine killed on the device, and
+        run() raises KeyboardInterrupt in its own thread); later runs are refused the same way until reconnect()."""
+        self.device.stop.set()
 
     def reap_orphans(self) -> list[str]:
         return self.device.reap_orphans()

@@ -1,0 +1,204 @@
+"""Run or resume a fleet campaign (the file's `targets:` or `fleet:`): find its devices, plan over them,
+open them all at once (connect, stage the engine and model: pushed once per device, an unchanged file
+skipped by its sha256), choose or create the folder as a one-device campaign does (same locks, same
+resume rules), then harness.campaigns.fleet_rounds.run_fleet.
+
+A device that cannot be opened at the start (its server does not answer, it is not listed, staging
+failed) is one line naming it and why; its runs wait for it up to `fleet.device_grace_s`, like a device
+that goes away later. A server is never replaced by a local one (harness.adb_client). With no device
+usable at all, nothing starts. spread needs devices of one kind (the same model): refused otherwise."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.campaigns import store
+from harness.campaigns.fleet import FleetDevice, fleet_plan, listed_devices, selected_devices, use_of
+from harness.campaigns.fleet_rounds import (
+    FleetMember,
+    TargetSession,
+    adb_target,
+    device_opener,
+    run_fleet,
+    version_mismatch,
+)
+from harness.campaigns.provenance import campaign_provenance
+from harness.campaigns.questions import write_prompts_file
+from harness.campaigns.rounds import CampaignResult
+from harness.campaigns.shard import Shard, shard_plan
+from harness.campaigns.validate import Plan
+from harness.errors import ResourceError, UserError
+from harness.formats.campaign_fleet import parse_server
+from harness.formats.files import copy_file
+from harness.formats.folder import CAMPAIGN_FILE
+from harness.formats.manifest import Manifest, SessionRecord, load_manifest, plan_hash, save_manifest
+from harness.targets.base import Target
+
+DEFAULT_GRACE_S = 300.0
+
+
+@dataclass(frozen=True)
+class Kit:
+    """What a fleet campaign shares with a one-device one, handed over by harness.campaigns.runner (which
+    calls this module: importing it back would make a cycle)."""
+
+    plan_record: Callable  # (plan) -> PlanRecord
+    new_manifest: Callable  # (plan, rec, target_desc, res, t) -> Manifest
+    resolve_inputs: Callable  # (plan, target, console) -> Resolved (stages the engine and model)
+    note_other_plans: Callable  # (root, plan, hash, console)
+    refuse_unhashed: Callable  # (folder, manifest)
+    git_commit: Callable  # (cwd) -> {commit, dirty}
+
+
+def open_all(members: list[FleetMember]) -> tuple[dict[str, TargetSession], dict[str, str]]:
+    """Open every device at once, one try each: (the sessions opened, by label; why each other one was not)."""
+    def one(x: FleetMember) -> TargetSession | str:
+        try:
+            return x.open(None)
+        except ResourceError:
+            raise
+        except Exception as e:
+            return str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(members)))) as pool:
+        got = list(pool.map(one, members))
+    opened = {x.device.label: g for x, g in zip(members, got, strict=True) if isinstance(g, TargetSession)}
+    why = {x.device.label: g for x, g in zip(members, got, strict=True) if isinstance(g, str)}
+    return opened, why
+
+
+def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fresh: bool = False,
+                       retry_failed: bool = False, make_target: Callable[[FleetDevice], Target] = adb_target,
+                       poll_s: float = 1.0, shard: Shard | None = None) -> CampaignResult:
+    """Run or resume the fleet campaign `plan` (see the module's docstring); its devices' Targets are made by
+    make_target (AdbTarget by default; the scheduler benchmark passes its fake fast target); `shard`: only that
+    shard's rounds (harness.campaigns.shard), in a folder of its own with the whole plan's hash."""
+    c = plan.campaign
+    if c.targets is not None:
+        devices = listed_devices(plan)
+    else:
+        devices, _, down = selected_devices(plan)
+        for line in down:
+            console.print(f"{line}: its devices are not in this campaign", highlight=False)
+    matrix = plan
+    plan = fleet_plan(matrix, devices)
+    rec = kit.plan_record(plan)
+    h = plan_hash(rec)
+    part = str(shard) if shard is not None else None
+    if c.targets is None and not fresh and shard is None and \
+            store.find_resumable(root, c.name, h, with_failed=retry_failed) is None:
+        again = _started_over(root, matrix, kit)  # a selector finding other devices now: resume over the first ones
+        if again is not None:
+            plan, devices = again
+            rec = kit.plan_record(plan)
+            h = plan_hash(rec)
+            console.print(f"resuming over the devices this campaign started with: {', '.join(plan.fleet.devices)}",
+                          highlight=False)
+    plan = shard_plan(plan, shard)  # its share of the runs; the record and the hash stay the whole plan's
+    grace = c.fleet.device_grace_s if c.fleet is not None else DEFAULT_GRACE_S
+    state: dict = {"folder": None, "m": None}
+    members = [device_opener(plan, d, kit.resolve_inputs, lambda: (state["folder"], state["m"]), make_target)
+               for d in devices]
+    lock: store.FolderLock | None = None
+    try:
+        with store.campaign_lock(root, c.name):
+            stale = store.clear_stale_starts(root, c.name)
+            folder = None if fresh else store.find_resumable(root, c.name, h, with_failed=retry_failed, shard=part)
+            m: Manifest | None = None
+            if folder is not None:
+                lock = store.lock_folder(folder)
+                m = load_manifest(folder)
+                kit.refuse_unhashed(folder, m)
+                state.update(folder=folder, m=m)
+            opened, why = open_all(members)
+            for label, reason in why.items():
+                console.print(f"{label}: cannot be used now: {reason}; its runs wait up to {grace:g} s for it",
+                              highlight=False)
+            if not opened:
+                raise UserError(f"{c.source}: no device of the fleet can be used: "
+                                + "; ".join(f"{k}: {v}" for k, v in why.items()))
+            _same_kind(plan, opened)
+            now = time.time()
+            if folder is None:
+                if not fresh:
+                    kit.note_other_plans(root, plan, h, console)
+                first = opened[next(d.label for d in devices if d.label in opened)]
+                m = kit.new_manifest(plan, rec, {"kind": first.target.kind}, first.res, now)
+                if part is not None:
+                    m.shard = part
+                m.provenance = campaign_provenance(plan, first.target, first.res, first.desc)
+                new_m = m
+
+                def fill(d: Path) -> None:
+                    copy_file(c.source, d / CAMPAIGN_FILE)
+                    if c.quality is not None:
+                        write_prompts_file(d, c.quality)
+                    save_manifest(d, new_m)
+
+                folder = store.new_folder(root, c.name, now, fill)
+                lock = store.lock_folder(folder)
+                state.update(folder=folder, m=m)
+                n = len(plan.cells) // (len(devices) if use_of(plan) == "compare" else 1)
+                console.print(f"campaign {c.name}: {n} cells x {rec.repeats} repeats, {use_of(plan)} on "
+                              f"{len(devices)} devices = {len(plan.runs)} runs -> {folder}"
+                              f"{' (removed a half-made start: ' + ', '.join(stale) + ')' if stale else ''}",
+                              highlight=False)
+            else:
+                assert m is not None
+                gone = store.clear_tmp(folder)
+                adopted = store.adopt_orphans(folder, m)
+                if retry_failed:
+                    again = store.reset_failed(m)
+                    console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
+                done = sum(r.finished for r in m.runs)
+                console.print(f"campaign {c.name}: resuming {folder} ({done}/{len(m.runs)} runs finished"
+                              f"{', dropped partial ' + ', '.join(gone) if gone else ''}"
+                              f"{', adopted ' + ', '.join(adopted) if adopted else ''})", highlight=False)
+            for label, s in list(opened.items()):
+                bad = version_mismatch(m, s.res, label)
+                if bad is not None:
+                    console.print(f"{label}: not used: {bad}", highlight=False)
+                    del opened[label]
+        m.status = "running"
+        m.sessions.append(SessionRecord(start=store.iso(now), end=None, **kit.git_commit(Path.cwd())))
+        save_manifest(folder, m)
+        return run_fleet(plan, m, folder, members, console, grace_s=grace, opened=opened, poll_s=poll_s,
+                         live=console.is_terminal)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _started_over(root: Path, matrix: Plan, kit: Kit) -> tuple[Plan, list[FleetDevice]] | None:
+    """The newest unfinished folder of this selector campaign whose plan, over the devices it recorded, is this
+    campaign's: (that plan, those devices)."""
+    for d, _ in reversed(store.unfinished_elsewhere(root, matrix.campaign.name, "")):
+        m = load_manifest(d)
+        f = m.campaign.fleet
+        if f is None or f.servers is None:
+            continue
+        devs = []
+        for label in f.devices:
+            serial, _, server = label.rpartition("@")
+            devs.append(FleetDevice(label, serial, *parse_server(server)))
+        p = fleet_plan(matrix, devs)
+        if plan_hash(kit.plan_record(p)) == m.plan_hash:
+            return p, devs
+    return None
+
+
+def _same_kind(plan: Plan, opened: dict[str, TargetSession]) -> None:
+    """spread pools runs of several devices: they must be of one kind (the same model, as described)."""
+    if use_of(plan) != "spread":
+        return
+    kinds = {label: s.desc.get("model") for label, s in opened.items()}
+    if len(set(kinds.values())) > 1:
+        listing = ", ".join(f"{k}: {v or 'no model'}" for k, v in kinds.items())
+        raise UserError(f"{plan.campaign.source}: fleet.use spread shares runs among devices of one kind, these "
+                        f"differ ({listing}); use compare, or select one model (fleet.match.model)")

@@ -1,0 +1,248 @@
+"""The concurrent scheduler of a fleet campaign: the pending runs over N devices at once, one worker thread
+per device, and ONE writer (the calling thread) that receives every event in order.
+
+    report = schedule(pending, members, owner=..., on_events=..., grace_s=...)
+
+- `pending`: the indices of the runs to do (in the manifest's run list), in plan order.
+- `members`: one `Member` per device: its label and `open()`, which connects to it and stages what its runs
+  need, returning a `Session`, or raising (any Exception; its message says why) when it cannot be used now.
+  `opened` may hand over sessions already open.
+- `owner(i)`: the label of the device run i must run on (compare), or None when any device may (spread).
+- `on_events(events)`: called in the calling thread with every batch of events the workers queued, oldest
+  first: `Event("start", label, i)`, `Event("done", label, i, result)` (result: whatever Session.run_one
+  returned; the run's folder is already committed by its worker), `Event("waiting", label, text=...)`,
+  `Event("back", label)`, `Event("lost", label, text=why)`. The writer saves the manifest once per batch.
+- A device that does not answer (Session.gone() before each run, or an exception from run_one while it
+  does not answer) is waited for up to `grace_s` seconds, re-opened every `poll_s`; back in time, its queue
+  goes on; else it is lost: its remaining runs go to the other devices when no owner binds them (spread),
+  or are left not run (compare). A UserError from run_one on a device that answers gives that device up
+  (its run put back); a ResourceError (a full disk here) or any other exception stops the whole campaign.
+- Ctrl-C (KeyboardInterrupt in the calling thread): every session is interrupted (the engine killed on its
+  device), the workers joined, and it is re-raised. Runs in progress are then left pending.
+
+Returns a `Report`: the runs no device ran (still pending) and why each lost device was given up. Pure
+threading: no adb, no files; harness.campaigns.fleet_rounds runs a campaign's runs through it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from harness.errors import ResourceError, UserError
+
+
+class Session(Protocol):
+    """A device opened for runs (connected, its files staged)."""
+
+    def run_one(self, index: int) -> Any:
+        """Do run `index` and commit its files; its result goes to the writer. Never raises for a failed run."""
+        ...
+
+    def gone(self) -> str | None:
+        """None while the device answers, else why not (one line)."""
+        ...
+
+    def interrupt(self) -> None:
+        """From another thread: end the run in progress (its run_one raises KeyboardInterrupt)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Member:
+    label: str
+    open: Callable[[], Session]
+
+
+@dataclass
+class Event:
+    kind: str  # start | done | waiting | back | lost
+    label: str
+    index: int | None = None
+    result: Any = None
+    text: str = ""
+
+
+@dataclass
+class Report:
+    not_run: list[int] = field(default_factory=list)  # runs no device ran, in plan order
+    lost: dict[str, str] = field(default_factory=dict)  # device label -> why it was given up
+
+
+class _Queues:
+    """Who runs what next: each device's own runs (compare) and the runs any device may take (spread)."""
+
+    def __init__(self, pending: list[int], owner: Callable[[int], str | None] | None, labels: list[str]):
+        self.lock = threading.Lock()
+        self.own: dict[str, deque[int]] = {x: deque() for x in labels}
+        self.shared: deque[int] = deque()
+        for i in pending:
+            o = owner(i) if owner is not None else None
+            (self.own[o] if o is not None else self.shared).append(i)
+
+    def has_work(self, label: str) -> bool:
+        with self.lock:
+            return bool(self.own[label] or self.shared)
+
+    def take(self, label: str) -> int | None:
+        with self.lock:
+            q = self.own[label] or self.shared
+            return q.popleft() if q else None
+
+    def put_back(self, label: str, i: int, owned: bool) -> None:
+        with self.lock:
+            (self.own[label] if owned else self.shared).appendleft(i)
+
+    def waiting(self, label: str) -> int:
+        with self.lock:
+            return len(self.own[label]) + len(self.shared)
+
+    def left(self) -> list[int]:
+        with self.lock:
+            return sorted([*self.shared, *(i for q in self.own.values() for i in q)])
+
+
+class _Fatal(Exception):
+    def __init__(self, e: BaseException):
+        self.e = e
+
+
+def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int], str | None] | None,
+             on_events: Callable[[list[Event]], None], grace_s: float, poll_s: float = 1.0,
+             opened: dict[str, Session] | None = None) -> Report:
+    """Run `pending` over `members`, one worker thread each, all at once (see the module's docstring)."""
+    labels = [m.label for m in members]
+    if len(set(labels)) != len(labels):
+        raise ValueError("schedule: device labels must differ")
+    q = _Queues(pending, owner, labels)
+    events: queue.Queue[Event | _Fatal | None] = queue.Queue()
+    stop = threading.Event()
+    report = Report()
+    sessions: dict[str, Session] = dict(opened or {})
+    lock = threading.Lock()
+
+    def wait_for(m: Member, why: str) -> Session | None:
+        t0 = time.monotonic()
+        while not stop.is_set():
+            if not q.has_work(m.label):
+                return None
+            try:
+                s = m.open()
+                gone = s.gone()
+                if gone is None:
+                    return s
+                why = gone
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # not there (yet): wait, within the grace time
+                why = _one_line(e)
+            waited = time.monotonic() - t0
+            if waited >= grace_s:
+                events.put(Event("lost", m.label, text=f"{why} (waited {waited:.0f} s of {grace_s:g} s grace)"))
+                return None
+            events.put(Event("waiting", m.label, text=f"{why}: waiting {waited:.0f}/{grace_s:g} s"))
+            stop.wait(poll_s)
+        return None
+
+    def work(m: Member) -> None:
+        s = sessions.get(m.label)
+        why = "not opened yet"
+        try:
+            while not stop.is_set() and q.has_work(m.label):
+                gone = s.gone() if s is not None else why
+                if gone is not None:
+                    s = wait_for(m, gone)
+                    if s is None:
+                        return
+                    with lock:
+                        sessions[m.label] = s
+                    events.put(Event("back", m.label))
+                    continue
+                i = q.take(m.label)
+                if i is None:
+                    return
+                events.put(Event("start", m.label, i))
+                try:
+                    result = s.run_one(i)
+                except KeyboardInterrupt:
+                    q.put_back(m.label, i, owner is not None and owner(i) is not None)
+                    return
+                except Exception as e:
+                    q.put_back(m.label, i, owner is not None and owner(i) is not None)
+                    if isinstance(e, ResourceError):
+                        raise _Fatal(e) from None
+                    why = s.gone() or ""
+                    if why:
+                        continue  # the device went away during the run's set-up: wait for it
+                    if isinstance(e, UserError):
+                        events.put(Event("lost", m.label, text=f"given up: {e}"))
+                        return
+                    raise _Fatal(e) from None
+                events.put(Event("done", m.label, i, result))
+        except _Fatal as f:
+            events.put(f)
+        except BaseException as e:  # a bug in a worker: stop everything, say what it was
+            events.put(_Fatal(e))
+        finally:
+            events.put(None)  # this worker has ended
+
+    threads = [threading.Thread(target=work, args=(m,), name=f"device-{m.label}", daemon=True) for m in members]
+    for t in threads:
+        t.start()
+    running = len(threads)
+    fatal: BaseException | None = None
+    try:
+        while running:
+            batch = [events.get()]
+            while True:
+                try:
+                    batch.append(events.get_nowait())
+                except queue.Empty:
+                    break
+            running -= sum(x is None for x in batch)
+            fatal = fatal or next((x.e for x in batch if isinstance(x, _Fatal)), None)
+            got = [x for x in batch if isinstance(x, Event)]
+            for ev in got:
+                if ev.kind == "lost":
+                    report.lost[ev.label] = ev.text
+            if got:
+                on_events(got)
+            if fatal is not None and not stop.is_set():
+                _stop_all(stop, sessions, lock)
+    except BaseException:  # Ctrl-C in the writer: end every run in progress, then let it through
+        _stop_all(stop, sessions, lock)
+        for t in threads:
+            t.join(30.0)
+        raise
+    finally:
+        for s in list(sessions.values()):
+            try:
+                s.close()
+            except Exception:  # a device that went away: nothing to close there
+                pass
+    if fatal is not None:
+        raise fatal
+    report.not_run = q.left()
+    return report
+
+
+def _stop_all(stop: threading.Event, sessions: dict[str, Session], lock: threading.Lock) -> None:
+    stop.set()
+    with lock:
+        current = list(sessions.values())
+    for s in current:
+        try:
+            s.interrupt()
+        except Exception:
+            pass
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return lines[-1] if lines else type(e).__name__
