@@ -7,8 +7,9 @@ the harness does for a run is its real code). One campaign per call, in a tempor
 appends one JSON line: the campaign's wall time (whole, and from its first run's start to its last run's end),
 the process's CPU time, and from them the harness's overhead per run: the device-seconds not spent in an engine,
 per run ((devices x run-phase wall - runs x run_s) / runs), and its CPU per run; the manifest's size, and the time
-to load it (load_manifest, best of 3) and to save it (save_manifest, best of 3). `--devices 1` runs the plain
-sequential runner (harness.campaigns.runner); more devices, a spread campaign over that many simulated devices.
+to load it (load_manifest, best of 3) and to save it (save_manifest, best of 3). `--devices N`: a spread fleet
+campaign over N simulated devices (harness.campaigns.fleet_run, one worker per device); `--sequential`: the plain
+one-target runner (harness.campaigns.runner) on one.
 Not measured: a real engine, a real device, adb (a device over USB adds its own transfer and shell time per run)."""
 
 from __future__ import annotations
@@ -34,18 +35,23 @@ from harness.targets.sim import SimTarget
 CELLS = 10
 
 
-def write_campaign(d: Path, runs: int, name: str = "sched") -> Path:
-    """A campaign of CELLS cells and runs / CELLS repeats, its engine a script that only answers --version."""
+def write_campaign(d: Path, runs: int, devices: int | None, name: str = "sched") -> Path:
+    """A campaign of CELLS cells and runs / CELLS repeats, its engine a script that only answers --version:
+    on one target (devices None: the sequential runner), or a spread fleet of `devices` simulated devices."""
     exe = d / "sim-engine"
     exe.write_text("#!/bin/sh\necho sim-engine 1.0\n")
     exe.chmod(0o755)
     model = d / "model.bin"
     model.write_bytes(b"\0" * 4096)
     p = d / f"{name}.yaml"
+    fleet = "" if devices is None else "targets:\n" + "".join(
+        f"  - {{serial: sim{i:03d}, label: sim-{i:03d}}}\n" for i in range(devices)) + \
+        "fleet: {use: spread, device_grace_s: 5}\n"
+    where = "path" if devices is None else "push_from"
     p.write_text(textwrap.dedent(f"""\
         name: {name}
-        model: {{path: {model}}}
-        engine: {{kind: external, path: {exe}}}
+        model: {{{where}: {model}}}
+        engine: {{kind: external, {where}: {exe}}}
         flags: {{--x: 0}}
         axes:
           - flag: --x
@@ -56,18 +62,19 @@ def write_campaign(d: Path, runs: int, name: str = "sched") -> Path:
         order: interleaved
         cooldown: {{mem_available_min_mib: 64, max_wait_s: 5}}
         timeout_s: 600
-        """))
+        """) + fleet)
     return p
 
 
-def run_sim(p: Path, root: Path, devices: int, run_s: float) -> Path:
-    """The campaign on `devices` simulated devices; its folder."""
-    console = Console(file=StringIO(), width=120)
-    if devices == 1:
-        from harness.campaigns.runner import run_campaign
+def run_sim(p: Path, root: Path, devices: int | None, run_s: float) -> Path:
+    """The campaign on its simulated device(s); its folder."""
+    from harness.campaigns.runner import run_campaign
 
+    console = Console(file=StringIO(), width=120)
+    if devices is None:
         return run_campaign(p, root=root, console=console, target=SimTarget("sim-000", run_s=run_s)).folder
-    raise SystemExit("bench_sched: more than one device needs the fleet scheduler, which this build does not have")
+    return run_campaign(p, root=root, console=console,
+                        fleet_target=lambda d: SimTarget(d.label, run_s=run_s)).folder
 
 
 def _best(f, n: int = 3) -> float:
@@ -84,12 +91,13 @@ def _epoch(iso: str) -> float:
     return calendar.timegm(time.strptime(iso[:19], "%Y-%m-%dT%H:%M:%S")) + float(iso[19:-1] or 0)
 
 
-def measure(devices: int, runs: int, run_s: float) -> dict:
+def measure(devices: int, runs: int, run_s: float, *, sequential: bool = False) -> dict:
+    """One campaign of `runs` runs on `devices` simulated devices (sequential: the one-target runner)."""
     d = Path(tempfile.mkdtemp(prefix="bmoe-bench-sched-"))
     try:
-        p = write_campaign(d, runs)
+        p = write_campaign(d, runs, None if sequential else devices)
         cpu0, t0 = time.process_time(), time.perf_counter()
-        folder = run_sim(p, d / "bd", devices, run_s)
+        folder = run_sim(p, d / "bd", None if sequential else devices, run_s)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         m = load_manifest(folder)
         starts = [_epoch(r.start) for r in m.runs if r.start]
@@ -100,7 +108,8 @@ def measure(devices: int, runs: int, run_s: float) -> dict:
         load_s = _best(lambda: load_manifest(folder))
         save_s = _best(lambda: save_manifest(folder, m))
         return {
-            "devices": devices, "runs": n, "run_s": run_s, "ok": sum(r.status == "ok" for r in m.runs),
+            "runner": "sequential" if sequential else "fleet", "devices": devices, "runs": n, "run_s": run_s,
+            "ok": sum(r.status == "ok" for r in m.runs),
             "wall_s": round(wall, 3), "run_phase_s": round(phase, 3), "cpu_s": round(cpu, 3),
             "overhead_ms_per_run": round(1000 * (devices * phase - n * run_s) / n, 2),
             "cpu_ms_per_run": round(1000 * cpu / n, 2),
@@ -114,12 +123,15 @@ def measure(devices: int, runs: int, run_s: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.bench_sched", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--devices", type=int, default=1, help="simulated devices (1: the sequential runner)")
+    ap.add_argument("--devices", type=int, default=1, help="simulated devices of a spread fleet campaign")
+    ap.add_argument("--sequential", action="store_true", help="one device, on the one-target runner (no fleet)")
     ap.add_argument("--runs", type=int, default=1000, help=f"runs in all ({CELLS} cells x runs/{CELLS} repeats)")
     ap.add_argument("--run-s", type=float, default=0.0, help="seconds each simulated engine run takes")
     ap.add_argument("--out", type=Path, default=None, help="append the JSON line to this file too")
     a = ap.parse_args(argv)
-    row = measure(a.devices, a.runs, a.run_s)
+    if a.sequential and a.devices != 1:
+        ap.error("--sequential runs on one device (--devices 1)")
+    row = measure(a.devices, a.runs, a.run_s, sequential=a.sequential)
     line = json.dumps(row)
     print(line)
     if a.out is not None:

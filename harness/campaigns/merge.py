@@ -117,10 +117,14 @@ def _place_problems(folders: list[Path], out: Path) -> list[str]:
 
 def matrix_hash(m: Manifest) -> str:
     """The hash of what a shard's runs are: the plan record without where they ran (a fleet's devices, an adb
-    serial) or how it was spelt (the --set arguments, already applied). Each lab's fleet makes its own plan hash;
-    its runs of one spread matrix are the same runs."""
+    serial, where each host keeps the model and engine files) or how it was spelt (the --set arguments, already
+    applied). Each lab makes its own plan hash; its runs of one matrix are the same runs. That the model and the
+    engine are the same is checked on their sha256 instead (provenance: _same_build)."""
     d = {k: v for k, v in m.campaign.dump().items() if k not in ("fleet", "overrides")}
     d["target"] = {k: v for k, v in d.get("target", {}).items() if k != "serial"}
+    for part in [d.get("model"), d.get("engine"), *(d.get("engines") or {}).values()]:
+        for k in ("path", "push_from"):
+            (part or {}).pop(k, None)
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -160,7 +164,10 @@ def _same_build(f0: Path, m0: Manifest, f: Path, m: Manifest) -> list[str]:
             out.append(f"{f}: engine{' ' + k if k else ''} {v.get(k)!r} is not {f0}'s {v0.get(k)!r}: runs from two "
                        f"builds do not compare")
     p0, p = m0.provenance, m.provenance
-    if p0 is not None and p is not None:
+    if p0 is None or p is None:
+        out.append(f"{f if p is None else f0}: no provenance (a folder from before manifest v3), so its model and "
+                   f"engine cannot be checked against the other shards' (sha256); it is not merged")
+    else:
         if p0.model_sha256 != p.model_sha256:
             out.append(f"{f}: its model files' sha256 differ from {f0}'s: runs of two models do not compare")
         for k in sorted(set(p0.engines) & set(p.engines)):

@@ -40,10 +40,12 @@ def test_the_manifest_is_held_back_at_most_a_twentieth_of_the_time(tmp_path):
 
 
 def test_the_scheduler_benchmark_runs_a_campaign_on_simulated_devices(tmp_path, capsys):
-    row = measure(1, 40, 0.0)
-    assert row["runs"] == row["ok"] == 40 and row["devices"] == 1
+    row = measure(1, 40, 0.0, sequential=True)
+    assert row["runs"] == row["ok"] == 40 and row["devices"] == 1 and row["runner"] == "sequential"
     assert row["run_phase_s"] <= row["wall_s"] and row["overhead_ms_per_run"] > 0 and row["cpu_ms_per_run"] > 0
     assert row["manifest_bytes"] > 40 * 500 and row["manifest_load_s"] > 0
     out = tmp_path / "r.jsonl"
-    assert main(["--runs", "20", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["runs"] == 20 and json.loads(capsys.readouterr().out)["runs"] == 20
+    assert main(["--devices", "4", "--runs", "40", "--run-s", "0.05", "--out", str(out)]) == 0
+    row = json.loads(out.read_text())
+    assert row == json.loads(capsys.readouterr().out) and row["runner"] == "fleet"
+    assert row["runs"] == row["ok"] == 40 and row["run_phase_s"] < 40 * 0.05  # four devices at once

@@ -21,6 +21,7 @@ from harness.errors import UserError
 from harness.formats.files import sha256_file
 from harness.formats.manifest import load_manifest, save_manifest
 from harness.report.build import build_report, check_report
+from harness.targets.sim import SimTarget
 from tests.helpers.runner import engine, quiet
 
 
@@ -162,6 +163,43 @@ def test_shards_from_two_machines_keep_their_machine_and_the_report_tests_it(run
     dev = build_report(res.folder, with_plots=False).texts["findings.md"].split("## Devices\n\n", 1)[1]
     assert dev.startswith("The runs of one matrix were shared by 2 devices (spread):")
     assert "analysis of variance of log tok/s across devices within each cell, pooled over 2 cell(s): F(2, 4)" in dev
+
+
+def _lab_campaign(d: Path, lab: str, files: Path) -> Path:
+    """A spread fleet campaign over this lab's two devices; the model and engine in the lab's own folder (the
+    same files, copied: as each host keeps its own copy)."""
+    d.mkdir(parents=True)
+    for name in ("model.bin", "fake-engine"):
+        shutil.copy2(files / name, d / name)
+    p = d / "t.yaml"
+    p.write_text(_campaign(files).read_text().replace(str(files), str(d)) + textwrap.dedent(f"""\
+        targets:
+          - {{serial: s0, label: {lab}-a}}
+          - {{serial: s1, label: {lab}-b}}
+        fleet: {{use: spread, device_grace_s: 5}}
+        """))
+    return p
+
+
+def test_each_labs_fleet_runs_its_shard_and_merge_joins_them(tmp_path):
+    files = tmp_path / "files"
+    files.mkdir()
+    _campaign(files)
+    folders = []
+    for k, lab in ((1, "lab1"), (2, "lab2")):
+        p = _lab_campaign(tmp_path / lab, lab, files)
+        folders.append(run_campaign(p, root=tmp_path / lab / "bd", console=quiet(), shard=Shard(k, 2),
+                                    fleet_target=lambda d: SimTarget(d.label, run_s=0.01)).folder)
+    m1, m2 = (load_manifest(f) for f in folders)
+    assert m1.plan_hash != m2.plan_hash and (m1.shard, m2.shard) == ("1/2", "2/2")  # each lab's devices in its plan
+    assert {r.device for r in m1.runs} <= {"lab1-a", "lab1-b"} and {r.device for r in m2.runs} <= {"lab2-a", "lab2-b"}
+    res = merge_folders(folders, tmp_path / "merged")
+    assert res.devices == ["lab1-a", "lab1-b", "lab2-a", "lab2-b"] and res.n_finished == 8 and not res.pending
+    mm = load_manifest(res.folder)
+    assert mm.status == "complete" and mm.plan_hash == m1.plan_hash
+    assert [r.device for r in mm.runs] == [r.device for r in sorted(m1.runs + m2.runs, key=lambda r: r.position)]
+    dev = build_report(res.folder, with_plots=False).texts["findings.md"].split("## Devices\n\n", 1)[1]
+    assert dev.startswith("The runs of one matrix were shared by 4 devices (spread):")
 
 
 def test_a_missing_shard_leaves_its_runs_pending_for_a_resume(runs, tmp_path, capsys):
