@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import calendar
 import json
+import math
 import os
 import resource
 import shutil
@@ -127,11 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sequential", action="store_true", help="one device, on the one-target runner (no fleet)")
     ap.add_argument("--runs", type=int, default=1000, help=f"runs in all ({CELLS} cells x runs/{CELLS} repeats)")
     ap.add_argument("--run-s", type=float, default=0.0, help="seconds each simulated engine run takes")
+    ap.add_argument("--manifest-every-run", action="store_true", help="write the manifest after every run, as the "
+                    "harness did before store.ManifestSaver (to measure what holding writes back saves)")
     ap.add_argument("--out", type=Path, default=None, help="append the JSON line to this file too")
     a = ap.parse_args(argv)
     if a.sequential and a.devices != 1:
         ap.error("--sequential runs on one device (--devices 1)")
-    row = measure(a.devices, a.runs, a.run_s, sequential=a.sequential)
+    if a.manifest_every_run:
+        from harness.campaigns import store
+
+        store.ManifestSaver.SHARE = math.inf  # every write goes ahead at once
+    row = {**measure(a.devices, a.runs, a.run_s, sequential=a.sequential),
+           "manifest_writes": "every run" if a.manifest_every_run else "held back"}
     line = json.dumps(row)
     print(line)
     if a.out is not None:

@@ -146,7 +146,8 @@ def report(
     if folder is None:
         raise UserError("report: name a campaign folder (bmoe-bench report bench-data/<folder>), or use --all")
     if migrate:
-        from harness.formats.manifest import VERSION, migrate_folder
+        from harness.formats.manifest import VERSION
+        from harness.formats.manifest_migrate import migrate_folder
 
         old, hashed = migrate_folder(folder)
         typer.echo(f"{folder}: manifest v{old} -> v{VERSION}, raw-file hashes recorded for {len(hashed)} run(s)")

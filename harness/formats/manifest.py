@@ -21,8 +21,8 @@ and of every run's outcome, rewritten atomically as runs finish.
 
 Versions: v1 had no file hashes; v2 no provenance. `load_manifest` upgrades an older file in memory (a v1 file's
 runs then have no hashes to check: `unhashed_runs`; a v1 or v2 file has no provenance: `legacy`); `migrate_folder`
-rewrites it at the current version with the hashes of the files as they are now (it cannot know what ran then, so
-provenance stays absent). A version newer than this code is refused, naming the file.
+(harness.formats.manifest_migrate) rewrites it at the current version with the hashes of the files as they are now
+(it cannot know what ran then, so provenance stays absent). A version newer than this code is refused, naming the file.
 """
 
 from __future__ import annotations
@@ -384,28 +384,6 @@ def hashes_removed(m: Manifest) -> list[str]:
 def removed_message(runs: list[str]) -> str:
     return (f"run(s) {' '.join(runs)} have no sha256 in {MANIFEST}, which records them at every commit: the "
             f"entries were removed, so their raw files cannot be checked; restore {MANIFEST} as committed")
-
-
-def migrate_folder(folder: Path | str) -> tuple[int, list[str]]:
-    """Rewrite a folder's manifest at VERSION, recording the hashes of the raw files of every finished run
-    that has none, as they are now (a v1 file only: in a later one a missing hash was removed, and hashing
-    the files now would hide a change). Returns (the version it had, the runs hashed)."""
-    m = load_manifest(folder)
-    old = m.upgraded_from or m.version
-    if hashes_removed(m):
-        raise UserError(f"{folder}: {removed_message(hashes_removed(m))}")
-    hashed = []
-    for r in m.runs:
-        if r.finished and r.sha256 is None:
-            d = run_dir(folder, r.run_id)
-            if not d.is_dir():
-                raise UserError(f"{d}: run {r.run_id} is recorded as {r.status} but its folder is missing; "
-                                f"restore it before migrating")
-            r.sha256 = hash_files(d)
-            hashed.append(r.run_id)
-    if hashed or old != VERSION:
-        save_manifest(folder, m)
-    return old, hashed
 
 
 def legacy(m: Manifest) -> bool:
