@@ -11,8 +11,10 @@ the same in every cell and one that differs between cells are both caught (a mai
 Per cell the same test on that cell's runs alone, and a Kruskal-Wallis test beside it (ranks: no normality
 assumed, but coarse at few runs: with two runs on each of two devices it cannot go below p = 0.12).
 
-Measured (tests/report/test_fleet_report.py, seeded known truth): with alike devices it refuses in 4-6% of
-campaigns at alpha 0.05; with one device 10% slower and runs 5% apart, in nearly all."""
+Measured (tests/report/test_fleet_report.py, 2000 seeded known-truth campaigns a case, alpha 0.05): alike devices
+refused in 3.8-4.9% of campaigns (2-8 devices, 2-5 runs each, 1-3 cells, normal or heavy-tailed t(3) noise; the
+test is blind to the spread's size); one device of four 10% slower, runs 5% apart, 3 runs a device in each of 3
+cells: caught in 92%; one device 10% faster in one cell and 10% slower in another (no effect on average): 70%."""
 
 from __future__ import annotations
 

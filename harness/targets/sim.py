@@ -61,7 +61,7 @@ class SimTarget:
             wall = [100.0 * (1 + 0.05 * rng.uniform(-1, 1)) for _ in range(self.tokens)]
             with MetricsWriter(dest, {"engine": "sim-engine 1.0", "device": self.label}) as w:
                 for i, x in enumerate(wall, 1):
-                    w.row(TokenRow(step=i, steps=self.tokens, wall_ms=x))
+                    w.row(TokenRow(step=i, steps=self.tokens, wall_ms=x, token_id=2 + i))
                 w.summary(Summary(n_decode=self.tokens, decode_s=sum(wall) / 1000))
             fetched[csv] = dest
         Path(log_path).write_text(f"sim-engine: {len(wall) if csv else 0} tokens\n")
