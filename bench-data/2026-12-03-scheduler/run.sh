@@ -6,8 +6,10 @@ set -e
 out=bench-data/2026-12-03-scheduler/results.jsonl
 b() { nice -n 19 ionice -c3 python -m harness.bench_sched --out "$out" "$@"; }
 # the one-target runner, no engine time: the harness's own time per run, with the manifest written after every
-# run (as before store.ManifestSaver) and held back (after)
+# run (as before store.ManifestSaver) and held back (after); lines 1-2 of results.jsonl were measured at commit
+# 30e5dd4, before the metrics CSV's faster NaN pass; the others (run in the order findings.md lists) at 0efbd2c
 b --sequential --runs 1000 --manifest-every-run
+b --sequential --runs 1000
 b --sequential --runs 1000
 # the fleet scheduler: spread campaigns of 20 runs per device, each run 1 s of engine time
 for n in 1 2 4 8 50; do b --devices "$n" --runs $((20 * n)) --run-s 1; done
