@@ -47,6 +47,6 @@ def test_an_unreachable_server_is_named_and_no_server_is_started(monkeypatch):
 
 
 def test_nothing_in_the_harness_forwards_a_port():
-    calls = re.compile(r"\.forward(_port|_list)?\(|\.reverse\(")
+    calls = re.compile(r"\.forward(_port|_list)?\(|\.reverse\([^)]")  # a list's .reverse() is no adb call
     users = [str(p.relative_to(REPO)) for p in (REPO / "harness").rglob("*.py") if calls.search(p.read_text())]
     assert users == []

@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 from harness.campaigns.runner import run_campaign
+from harness.errors import UserError
 from harness.formats.manifest import load_manifest, raw_file_changes
 from harness.targets.adb import AdbTarget
 from tests.helpers.adb_fleet import Lab, listening, write_engine
@@ -263,3 +264,22 @@ def test_devices_command_lists_every_server_and_names_the_unreachable_one(lab, c
     assert [x for x in out if "unreachable" in x] == [
         x for x in out if x.startswith(f"adb server 127.0.0.1:{DOWN} unreachable")]
     assert len([x for x in out if "unreachable" in x]) == 1 and not listening(DOWN)
+
+
+def test_selector_takes_every_matching_device_of_its_servers(lab, tmp_path):
+    restore(lab)
+    p = campaign(tmp_path, "sel", [], use="spread", repeats=2)
+    text = p.read_text().replace("fleet: {use: spread, device_grace_s: 20}\ntargets:\n",
+                                 f"fleet: {{use: spread, servers: ['127.0.0.1:{S1}', '127.0.0.1:{S2}', "
+                                 f"'127.0.0.1:{DOWN}'], match: {{min_ram_gib: 0.5}}}}\n")
+    p.write_text(text)
+    res, out = run(p, tmp_path / "bd")
+    assert (res.n_ok, res.n_not_run) == (4, 0)
+    m = load_manifest(res.folder)
+    want = sorted(f"127.0.0.1:{port}@127.0.0.1:{server}" for port, server in DEVS.values())
+    assert sorted(m.campaign.fleet.devices) == want and sorted(m.devices) == want
+    assert m.campaign.fleet.servers == [f"127.0.0.1:{S1}", f"127.0.0.1:{S2}", f"127.0.0.1:{DOWN}"]
+    assert f"adb server 127.0.0.1:{DOWN} unreachable" in out.file.getvalue()  # one line naming it
+    p.write_text(text.replace("min_ram_gib: 0.5", "model: SM-S911B"))  # no Linux adbd has that model
+    with pytest.raises(UserError, match="fleet.servers: no device to run on"):
+        run(p, tmp_path / "bd")

@@ -81,3 +81,27 @@ def test_spread_fleet_shares_the_runs_and_each_records_its_device(tmp_path):
     used = {r.device for r in m.runs}
     assert used <= {"d1", "d2", "d3"} and len(used) >= 2
     assert m.devices["d1"]["kind"] == "local"
+
+
+def test_a_second_runner_of_the_same_fleet_folder_is_refused(tmp_path):
+    import threading
+
+    import pytest
+
+    from harness.campaigns.store import FolderBusy
+    from tests.helpers.runner import wait_for
+
+    p = _campaign(tmp_path, "compare", 2)
+    p.write_text(p.read_text().replace("--sleep-ms: 60", "--sleep-ms: 300"))
+    root = tmp_path / "bd"
+    first: dict = {}
+    t = threading.Thread(target=lambda: first.update(res=run_campaign(p, root=root, console=quiet(),
+                                                                      fleet_target=lambda d: LocalTarget())))
+    t.start()
+    try:
+        wait_for(lambda: list(root.glob("*-local-compare/runs/r01-*")))  # running: a run committed
+        with pytest.raises(FolderBusy, match="in use by another bmoe-bench run"):
+            run_campaign(p, root=root, console=quiet(), fleet_target=lambda d: LocalTarget())
+    finally:
+        t.join()
+    assert first["res"].n_ok == 12

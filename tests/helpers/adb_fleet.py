@@ -43,7 +43,7 @@ mv "$csv.part" "$csv"
 """
 
 # each device: its own mount namespace and a private tmpfs on /data (the engine's files live there)
-_DEVICE = ('mount -t tmpfs -o size=64m,mode=0755 bmoe-fleet-data /data && mkdir -p /data/local/tmp && '
+_DEVICE = ('mount -t tmpfs -o size=128m,mode=0755 bmoe-fleet-data /data && mkdir -p /data/local/tmp && '
            'chmod 1777 /data/local/tmp && exec "$0"')
 
 
