@@ -17,6 +17,7 @@ COMMAND_MODULES: list[str] = [
     "make_model",
     "devices",
     "campaign",
+    "merge",
     "replay",
     "quality",
     "timeline",

@@ -31,6 +31,7 @@ from harness.campaigns.fleet_rounds import (
 from harness.campaigns.provenance import campaign_provenance
 from harness.campaigns.questions import write_prompts_file
 from harness.campaigns.rounds import CampaignResult
+from harness.campaigns.shard import Shard, shard_plan
 from harness.campaigns.validate import Plan
 from harness.errors import ResourceError, UserError
 from harness.formats.campaign_fleet import parse_server
@@ -74,9 +75,10 @@ def open_all(members: list[FleetMember]) -> tuple[dict[str, TargetSession], dict
 
 def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fresh: bool = False,
                        retry_failed: bool = False, make_target: Callable[[FleetDevice], Target] = adb_target,
-                       poll_s: float = 1.0) -> CampaignResult:
+                       poll_s: float = 1.0, shard: Shard | None = None) -> CampaignResult:
     """Run or resume the fleet campaign `plan` (see the module's docstring); its devices' Targets are made by
-    make_target (AdbTarget by default; the scheduler benchmark passes its fake fast target)."""
+    make_target (AdbTarget by default; the scheduler benchmark passes its fake fast target); `shard`: only that
+    shard's rounds (harness.campaigns.shard), in a folder of its own with the whole plan's hash."""
     c = plan.campaign
     if c.targets is not None:
         devices = listed_devices(plan)
@@ -88,7 +90,9 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
     plan = fleet_plan(matrix, devices)
     rec = kit.plan_record(plan)
     h = plan_hash(rec)
-    if c.targets is None and not fresh and store.find_resumable(root, c.name, h, with_failed=retry_failed) is None:
+    part = str(shard) if shard is not None else None
+    if c.targets is None and not fresh and shard is None and \
+            store.find_resumable(root, c.name, h, with_failed=retry_failed) is None:
         again = _started_over(root, matrix, kit)  # a selector finding other devices now: resume over the first ones
         if again is not None:
             plan, devices = again
@@ -96,6 +100,7 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
             h = plan_hash(rec)
             console.print(f"resuming over the devices this campaign started with: {', '.join(plan.fleet.devices)}",
                           highlight=False)
+    plan = shard_plan(plan, shard)  # its share of the runs; the record and the hash stay the whole plan's
     grace = c.fleet.device_grace_s if c.fleet is not None else DEFAULT_GRACE_S
     state: dict = {"folder": None, "m": None}
     members = [device_opener(plan, d, kit.resolve_inputs, lambda: (state["folder"], state["m"]), make_target)
@@ -104,7 +109,7 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
     try:
         with store.campaign_lock(root, c.name):
             stale = store.clear_stale_starts(root, c.name)
-            folder = None if fresh else store.find_resumable(root, c.name, h, with_failed=retry_failed)
+            folder = None if fresh else store.find_resumable(root, c.name, h, with_failed=retry_failed, shard=part)
             m: Manifest | None = None
             if folder is not None:
                 lock = store.lock_folder(folder)
@@ -125,6 +130,8 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
                     kit.note_other_plans(root, plan, h, console)
                 first = opened[next(d.label for d in devices if d.label in opened)]
                 m = kit.new_manifest(plan, rec, {"kind": first.target.kind}, first.res, now)
+                if part is not None:
+                    m.shard = part
                 m.provenance = campaign_provenance(plan, first.target, first.res, first.desc)
                 new_m = m
 

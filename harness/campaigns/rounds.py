@@ -1,8 +1,9 @@
 """The round scheduler of a campaign run: the pending runs in plan order, each gated on the cooldown
 condition, run as a fresh engine process, its raw files committed the moment it ends and the manifest
-rewritten; with `precision:`, after every whole round from the minimum on, the decision of
-harness.campaigns.precision (the report's own intervals over the rounds so far): stop, or add the next
-round's runs to the manifest (pending, so a resumed campaign runs them) and go on."""
+rewritten (held back while its writes would take over 5% of the time: store.ManifestSaver); with
+`precision:`, after every whole round from the minimum on, the decision of harness.campaigns.precision (the
+report's own intervals over the rounds so far): stop, or add the next round's runs to the manifest (pending, so a
+resumed campaign runs them) and go on."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
     prog = RunProgress(console, total_runs=len(m.runs), done_runs=skipped, n_cells=len(plan.cells),
                        tokens=c.tokens)
     rounds = f"{p.min_repeats}-{p.max_repeats}" if p is not None else str(c.repeats)
+    saver = store.ManifestSaver(folder)  # after runs, at most 5% of the time; always at the end (finally)
     try:
         ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
         with prog:
@@ -71,7 +73,7 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
                     outcome, hashes = one_run(plan, r, folder, target, res, prog,
                                               m.provenance.model_sha256 if m.provenance else None, m)
                     m.runs[i] = r.finish(outcome, hashes)
-                    save_manifest(folder, m)
+                    saver.save(m)
                     prog.end_run(r.run_id, cell.label, outcome.dump())
                 if p is None or not _add_round(plan, m, folder, prog):
                     break

@@ -1,5 +1,5 @@
 """Run a campaign: one fresh engine process per run, in the planned order, each gated on the cooldown
-condition, its raw files committed the moment it ends, the manifest rewritten after every run.
+condition, its raw files committed the moment it ends, the manifest rewritten as runs finish (store.ManifestSaver).
 
 Resumable: `run_campaign` on the same file continues the newest unfinished folder with the same plan;
 finished runs (ok or failed) are never repeated. A failed run is recorded with its reason and the rest
@@ -31,6 +31,7 @@ from harness.campaigns.questions import quality_record, write_prompts_file
 from harness.campaigns.rounds import CampaignResult as CampaignResult  # re-exported: run_campaign returns it
 from harness.campaigns.rounds import run_all
 from harness.campaigns.schema import Campaign
+from harness.campaigns.shard import Shard, rounds_text, shard_plan
 from harness.campaigns.validate import Plan, plan_campaign
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
@@ -250,10 +251,13 @@ def _harness_version() -> str:
 
 def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: Console | None = None,
                  fresh: bool = False, retry_failed: bool = False, target: Target | None = None,
-                 overrides: list[str] | tuple[str, ...] = (), fleet_target=None) -> CampaignResult:
+                 overrides: list[str] | tuple[str, ...] = (), fleet_target=None, shard: Shard | None = None
+                 ) -> CampaignResult:
     """Run or resume a campaign. `overrides` (`--set KEY=VALUE`) are part of the plan: a folder resumes
     only with the same ones, in the same order. A fleet campaign (`targets:` or `fleet:`) goes to
-    harness.campaigns.fleet_run, its devices made by `fleet_target(FleetDevice)` (default: AdbTarget)."""
+    harness.campaigns.fleet_run, its devices made by `fleet_target(FleetDevice)` (default: AdbTarget). `shard`: only
+    that shard's rounds (harness.campaigns.shard), in a folder of its own that has the whole plan's record and hash
+    and resumes only as that shard."""
     console = console or Console(stderr=True)
     plan = plan_campaign(path, overrides=overrides)
     if plan.campaign.targets is not None or plan.campaign.fleet is not None:
@@ -261,23 +265,26 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
 
         kit = Kit(plan_record, new_manifest, resolve_inputs, _note_other_plans, _refuse_unhashed, git_commit)
         return run_fleet_campaign(plan, kit, root=root, console=console, fresh=fresh, retry_failed=retry_failed,
-                                  **({"make_target": fleet_target} if fleet_target is not None else {}))
+                                  **({"make_target": fleet_target} if fleet_target is not None else {}), shard=shard)
     rec = plan_record(plan)
     h = plan_hash(rec)
+    plan = shard_plan(plan, shard)  # its share of the runs; the record and the hash stay the whole plan's
     own_target = target is None
     target = target or make_target(plan)
     lock: store.FolderLock | None = None
     try:
         with store.campaign_lock(root, plan.campaign.name):  # choosing or creating the folder: one at a time
             stale = store.clear_stale_starts(root, plan.campaign.name)
-            folder = None if fresh else store.find_resumable(root, plan.campaign.name, h,
-                                                             with_failed=retry_failed)
+            folder = None if fresh else store.find_resumable(root, plan.campaign.name, h, with_failed=retry_failed,
+                                                             shard=str(shard) if shard else None)
             now = time.time()
             if folder is None:
                 if not fresh:
                     _note_other_plans(root, plan, h, console)
                 res = resolve_inputs(plan, target, console)
                 m = new_manifest(plan, rec, target.describe(), res, now)
+                if shard is not None:
+                    m.shard = str(shard)
                 m.provenance = campaign_provenance(plan, target, res, m.target.dump())
                 if plan.campaign.target.kind == "local":
                     from harness.campaigns.probe import probe_read_bandwidth
@@ -293,8 +300,10 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                 folder = store.new_folder(root, plan.campaign.name, now, fill)
                 lock = store.lock_folder(folder)
                 more = f" (then whole rounds until {describe(rec.precision)})" if rec.precision else ""
+                if shard is not None:
+                    more += f", shard {shard}: {rounds_text(plan)}, {len(plan.runs)} runs"
                 console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {rec.repeats} "
-                              f"repeats = {len(plan.runs)} runs{more} -> {folder}"
+                              f"repeats = {len(rec.order_of_runs)} runs{more} -> {folder}"
                               f"{' (removed a half-made start: ' + ', '.join(stale) + ')' if stale else ''}")
             else:
                 lock = store.lock_folder(folder)  # FolderBusy, naming the holder, when another runner has it

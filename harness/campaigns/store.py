@@ -1,5 +1,6 @@
 """The campaign folder on disk: bench-data/<YYYY-MM-DD>-<campaign>/ with the campaign file as given, a
-versioned manifest (harness.formats.manifest) rewritten atomically after every run, and one folder per run.
+versioned manifest (harness.formats.manifest) rewritten atomically as runs finish (ManifestSaver), and one folder
+per run.
 
     campaign.yaml        the campaign file, verbatim
     manifest.json        bmoe-manifest: engine, git commit, target, plan, every run's record and file hashes
@@ -36,7 +37,7 @@ from pathlib import Path
 from harness.errors import ResourceError, UserError
 from harness.formats.files import disk_full, is_disk_full
 from harness.formats.folder import ATTEMPT_DIR, MANIFEST, OUTCOME_FILE, RUNS
-from harness.formats.manifest import Manifest, hash_files, load_manifest, run_dir
+from harness.formats.manifest import Manifest, hash_files, load_manifest, run_dir, save_manifest
 from harness.formats.outcome import Outcome, read_outcome, write_outcome
 
 
@@ -233,10 +234,11 @@ def _folders(root: Path, name: str) -> list[tuple[Path, Manifest]]:
     return out
 
 
-def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False) -> Path | None:
-    """The newest unfinished folder of this campaign with the same plan, if any (with_failed: also a
-    complete one that has failed runs)."""
-    found = [d for d, m in _folders(root, name) if m.plan_hash == plan_hash and (
+def find_resumable(root: Path, name: str, plan_hash: str, *, with_failed: bool = False,
+                   shard: str | None = None) -> Path | None:
+    """The newest unfinished folder of this campaign with the same plan and shard ("k/n", None: the whole
+    plan), if any (with_failed: also a complete one that has failed runs)."""
+    found = [d for d, m in _folders(root, name) if m.plan_hash == plan_hash and m.shard == shard and (
         m.status != "complete" or with_failed and any(r.status == "failed" for r in m.runs))]
     return found[-1] if found else None
 
@@ -314,3 +316,38 @@ def adopt_orphans(folder: Path, m: Manifest) -> list[str]:
             m.runs[i] = r.finish(o, hash_files(d))
             adopted.append(r.run_id)
     return adopted
+
+
+class ManifestSaver:
+    """Rewrites a folder's manifest as its runs finish, at most a set share of the time: after a write that took
+    w seconds, the next waits until w / SHARE seconds have passed. A manifest of thousands of runs takes a while
+    to write, and written after every run it would make the harness's time per run grow with the number of runs
+    (measured: bench-data/2026-12-03-scheduler/); a small one is still written after every run of any real
+    length. Holding a write back loses nothing: each finished run is committed in its own folder (outcome.json
+    and its files), which a resumed campaign adopts (adopt_orphans); `flush` writes what was held back."""
+
+    SHARE = 0.05
+
+    def __init__(self, folder: Path, clock: Callable[[], float] = time.monotonic):
+        self.folder = Path(folder)
+        self.clock = clock
+        self.due = 0.0  # the next write goes ahead from then on
+        self.held = False
+        self.writes = 0
+
+    def save(self, m: Manifest, *, now: bool = False) -> bool:
+        """Write it, unless the last write was too recent (then it is held back); whether it was written."""
+        if not now and self.clock() < self.due:
+            self.held = True
+            return False
+        t0 = self.clock()
+        save_manifest(self.folder, m)
+        t1 = self.clock()
+        self.due = t1 + (t1 - t0) / self.SHARE
+        self.held = False
+        self.writes += 1
+        return True
+
+    def flush(self, m: Manifest) -> None:
+        if self.held:
+            self.save(m, now=True)

@@ -67,6 +67,9 @@ def run(
                                       "folder of this campaign again (their old records are kept)"),
     no_report: bool = typer.Option(False, "--no-report", help="do not write findings.md at the end"),
     set_: list[str] = _set_option(),
+    shard: str | None = typer.Option(None, "--shard", metavar="K/N", help="run only shard K of N of the plan "
+                                     "(its rounds K, K+N, ...), in a folder of its own; `bmoe-bench merge` joins "
+                                     "the shards' folders"),
 ) -> None:
     """Run (or resume) a campaign: one engine process per run, raw files under OUT/<date>-<name>/,
     then the report. Exit status 1 if any run failed. --set overrides are part of the plan: the same
@@ -79,12 +82,15 @@ def run(
     def _term(signum: int, frame: object) -> None:  # SIGTERM stops a campaign as cleanly as Ctrl-C
         raise KeyboardInterrupt
 
+    from harness.campaigns.shard import Shard
     from harness.formats.files import DiskFull
 
-    resume = resume_command(file, out, set_)
+    part = Shard.parse(shard) if shard is not None else None
+    resume = resume_command(file, out, set_) + (f" --shard {part}" if part else "")
     old = signal.signal(signal.SIGTERM, _term)
     try:
-        res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_)
+        res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_,
+                           shard=part)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: finished runs are kept; run `{resume}` to continue") from None
     except DiskFull as e:
@@ -101,6 +107,9 @@ def run(
         typer.echo(f"report: {res.folder / FINDINGS}")
     typer.echo(f"{res.n_ok} runs ok, {res.n_failed} failed"
                f"{f', {res.n_skipped} finished earlier' if res.n_skipped else ''}: {res.folder}")
+    if part is not None:
+        typer.echo(f"shard {part}: join it with the other shards' folders: bmoe-bench merge "
+                   f"{shlex.quote(str(res.folder))} OTHER-SHARD-FOLDERS... --out NEW-FOLDER")
     if res.n_not_run:
         raise RunFailed(f"{res.n_not_run} run(s) not run: {res.not_run or 'no device could take them'}; when the "
                         f"devices are back, run `{resume}` to run only those (finished runs are kept)")
@@ -138,7 +147,8 @@ def report(
     if folder is None:
         raise UserError("report: name a campaign folder (bmoe-bench report bench-data/<folder>), or use --all")
     if migrate:
-        from harness.formats.manifest import VERSION, migrate_folder
+        from harness.formats.manifest import VERSION
+        from harness.formats.manifest_migrate import migrate_folder
 
         old, hashed = migrate_folder(folder)
         typer.echo(f"{folder}: manifest v{old} -> v{VERSION}, raw-file hashes recorded for {len(hashed)} run(s)")

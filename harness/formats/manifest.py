@@ -1,5 +1,5 @@
 """`bmoe-manifest v3`: a campaign folder's manifest.json, the record of everything that defines its runs
-and of every run's outcome, rewritten atomically after each run.
+and of every run's outcome, rewritten atomically as runs finish.
 
     format, version, created, status ("running", "complete", "interrupted", "stopped: ...")
     campaign            the plan (PlanRecord): what was asked, with the `--set` overrides applied and listed
@@ -14,11 +14,15 @@ and of every run's outcome, rewritten atomically after each run.
                         identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
                         whether it was dirty; external: its --version line and the binary's sha256) and the
                         device's fingerprint (each run's outcome has the model_sha256 it ran with)
+    devices, runs[].device    runs on several devices (a fleet, or shards merged from several machines): each
+                        device's description by label, and the label of the one each run ran on
+    shard               "k/n" in a folder that ran only shard k of n of the plan (`bmoe-bench run --shard`);
+                        `bmoe-bench merge` joins the shards' folders into one without it
 
 Versions: v1 had no file hashes; v2 no provenance. `load_manifest` upgrades an older file in memory (a v1 file's
 runs then have no hashes to check: `unhashed_runs`; a v1 or v2 file has no provenance: `legacy`); `migrate_folder`
-rewrites it at the current version with the hashes of the files as they are now (it cannot know what ran then, so
-provenance stays absent). A version newer than this code is refused, naming the file.
+(harness.formats.manifest_migrate) rewrites it at the current version with the hashes of the files as they are now
+(it cannot know what ran then, so provenance stays absent). A version newer than this code is refused, naming the file.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ VERSION = 3
 
 FlagValue = bool | int | float | str | None
 RUN_ID = re.compile(r"r[0-9]{2,6}-c[0-9]{2,6}")  # r<round>-c<cell>, 1-based round (expand.run_id writes them)
-MAX_BYTES = 16 * 2**20  # a manifest larger than this was not written by bmoe-bench (the largest committed: 60 KB)
+MAX_BYTES = 40 * 2**20  # larger was not written by bmoe-bench: 10 000 runs make 17 MB (bench-data/2026-12-03-scheduler)
 
 
 def run_id(rnd: int, cell: int) -> str:
@@ -64,6 +68,13 @@ def checked_run_id(v: str) -> str:
     """v, when it is a run id (a folder under runs/: no other path may come from a manifest)."""
     if not isinstance(v, str) or not RUN_ID.fullmatch(v):
         raise ValueError(f"run id {shown(str(v))} is not of the form r<round>-c<cell> (r01-c02)")
+    return v
+
+
+def checked_shard(v: str | None) -> str | None:
+    """v, when it is None or `k/n` (a shard of the plan, harness.campaigns.shard)."""
+    if v is not None and not re.fullmatch(r"[0-9]{1,6}/[0-9]{1,6}", v):
+        raise ValueError(f"shard {shown(str(v))} is not of the form k/n (2/3)")
     return v
 
 
@@ -253,6 +264,8 @@ class Manifest(Record):
     provenance: Provenance | None = None  # v3; None in a folder from before it (legacy)
     fidelity_ref: FidelityRef | None = None  # a fidelity campaign's reference run, once made
     devices: dict[str, dict[str, Any]] | None = None  # runs on several devices: label -> its description
+    shard: str | None = None  # "k/n": this folder holds shard k of n of the plan (`run --shard`); None: all of it
+    _shard = field_validator("shard")(lambda v: checked_shard(v))
     _upgraded_from: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -372,28 +385,6 @@ def hashes_removed(m: Manifest) -> list[str]:
 def removed_message(runs: list[str]) -> str:
     return (f"run(s) {' '.join(runs)} have no sha256 in {MANIFEST}, which records them at every commit: the "
             f"entries were removed, so their raw files cannot be checked; restore {MANIFEST} as committed")
-
-
-def migrate_folder(folder: Path | str) -> tuple[int, list[str]]:
-    """Rewrite a folder's manifest at VERSION, recording the hashes of the raw files of every finished run
-    that has none, as they are now (a v1 file only: in a later one a missing hash was removed, and hashing
-    the files now would hide a change). Returns (the version it had, the runs hashed)."""
-    m = load_manifest(folder)
-    old = m.upgraded_from or m.version
-    if hashes_removed(m):
-        raise UserError(f"{folder}: {removed_message(hashes_removed(m))}")
-    hashed = []
-    for r in m.runs:
-        if r.finished and r.sha256 is None:
-            d = run_dir(folder, r.run_id)
-            if not d.is_dir():
-                raise UserError(f"{d}: run {r.run_id} is recorded as {r.status} but its folder is missing; "
-                                f"restore it before migrating")
-            r.sha256 = hash_files(d)
-            hashed.append(r.run_id)
-    if hashed or old != VERSION:
-        save_manifest(folder, m)
-    return old, hashed
 
 
 def legacy(m: Manifest) -> bool:

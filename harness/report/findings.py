@@ -8,6 +8,7 @@ import math
 
 from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
+from harness.report.fleet import fleet_of, fleet_section, fleet_verdict, fleet_warnings, pooled_note
 from harness.report.intervals import fmt, methods_note, pairing_lines, precision_lines
 from harness.report.peers import engines_section
 from harness.report.provenance_md import provenance_lines, provenance_warnings
@@ -333,19 +334,25 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     head = aud.headline()  # a lossless cell whose tokens differ from its base's: the first line
     L: list[str] = [head, ""] if head else []
     L += [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied) + f" vs {res.base.label}", ""]
-    L += ["## Verdict", ""] + verdict(res) + [""]
+    fl = fleet_of(data, res)  # runs on several devices: None on one target
+    L += ["## Verdict", ""] + (fleet_verdict(res, fl) or verdict(res)) + [""]
     n_fail = sum(len(c.failures) for c in res.cells)
     pending = sum(1 for r in data.runs if not r.rec.finished)
     if pending:
         L += [f"**Incomplete campaign**: {pending} of {len(data.runs)} runs have not run yet; rerun the "
               f"campaign command to finish it.", ""]
+    if m.shard:
+        L += [f"**Shard {m.shard}** of the plan: this folder holds its rounds only; `bmoe-bench merge` joins it with "
+              f"the other shards' folders into the whole campaign.", ""]
     warn = [f"- {f.kind}: {f.message}" for f in res.findings] + [f"- {w}" for w in provenance_warnings(m)]
+    warn += [f"- {w}" for w in fleet_warnings(fl)]
     if warn:
         L += ["**Warnings**", ""] + warn + [""]
     L += _setup(data, res)
-    L += ["## Results", ""] + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
+    L += ["## Results", ""] + pooled_note(fl) + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
+    L += fleet_section(data, res, fl)
     L += fidelity or []
     L += engines_section(data)
     L += audit_section(aud)

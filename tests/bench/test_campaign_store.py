@@ -19,11 +19,11 @@ from harness.formats.manifest import (
     VERSION,
     RunRecord,
     load_manifest,
-    migrate_folder,
     raw_file_changes,
     save_manifest,
     unhashed_runs,
 )
+from harness.formats.manifest_migrate import migrate_folder
 from harness.formats.metrics_csv import COLUMNS
 from harness.formats.outcome import read_outcome
 from tests.helpers.folders import manifest, outcome

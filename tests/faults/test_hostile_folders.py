@@ -100,7 +100,7 @@ CASES: dict[str, tuple[Callable[[Path, Path], None], tuple[str, ...], str]] = {
                       "'runs/r01-c00/state.jsonl' (not a plain file)"),
     # hostile sizes: a 50 MB manifest, one nested 100000 deep
     "huge-manifest": (lambda f, o: _edit(f, lambda m: m["campaign"].update(description="x" * 50_000_000)), ALL,
-                      "manifest.json: larger than 16 MiB"),
+                      "manifest.json: larger than 40 MiB"),
     "deep-manifest": (lambda f, o: (f / "manifest.json").write_text(
         (f / "manifest.json").read_text().replace('"model": {', '"model": {"recipe": ' + "[" * 100_000 + "]" * 100_000
                                                   + ", ", 1)), ALL, "manifest.json: JSON nested deeper than 32"),

@@ -81,13 +81,14 @@ def csv_text(walls, *, preamble=None, read_mib=10.0, hit=50.0):
     return "\n".join(lines) + "\n"
 
 
-def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, temps=None):
-    """cells: list of (label, varied); runs: list of (cell, round, csv text or None for a failure). Each run
+def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, temps=None, devices=None):
+    """cells: list of (label, varied); runs: list of (cell, round, csv text or None for a failure), or (cell,
+    round, text, device label) in a campaign over several devices (`devices`: label -> description). Each run
     is committed as the runner does it (its files hashed into the manifest)."""
     folder = tmp_path / "2026-01-02-t"
     (folder / "runs").mkdir(parents=True)
     recs = []
-    for pos, (cell, rnd, text) in enumerate(runs):
+    for pos, (cell, rnd, text, *device) in enumerate(runs):
         rid = f"r{rnd + 1:02d}-c{cell:02d}"
         tmp = store.tmp_run_dir(folder, rid)
         tmp.mkdir()
@@ -101,8 +102,12 @@ def make_folder(tmp_path, cells, runs, *, bandwidth=None, repeats=2, warmup=1, t
             (tmp / "metrics.csv").write_text(text)
         slot = RunRecord(run_id=rid, round=rnd, cell=cell, position=pos)
         recs.append(slot.finish(o, store.commit_run(folder, rid, o)))
+        if device:
+            recs[-1].device = device[0]
     m = manifest("t", status="complete", runs=recs, cells=cells, warmup_tokens=warmup, repeats=repeats)
     m.read_bandwidth = ReadBandwidth(**bandwidth) if bandwidth else None
+    if devices:
+        m.devices = devices
     save_manifest(folder, m)
     return folder
 
