@@ -105,6 +105,10 @@ class EngineConfig:
                               help="speculative (prefetch) reads in flight at most (0 = --io-threads - 1, at least 1); "
                               "demand reads always go first")
     odirect: bool = opt(True, "--no-odirect", stream_only=True, help="buffered reads instead of O_DIRECT")
+    recycle_pages: bool = opt(False, "--recycle-pages", stream_only=True,
+                              help="lossless: an evicted expert's pages go to the next miss (a memfd pool mapped over "
+                              "the slice on the read lanes) instead of being freed and faulted again; the pool holds "
+                              "at most the cache budget and one release batch (needs a cache)")
     evict_thread: bool = opt(True, "--no-evict-thread", stream_only=True,
                              help="decide decode evictions on the compute thread instead of a helper thread (same "
                              "decisions)")
