@@ -23,7 +23,7 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Reservation:
-    pool: PagePool | None = None  # --recycle-pages (harness.engine.io.recycle): the page pool its slices' pages come from and go to
+    pool: PagePool | None = None  # --recycle-pages (harness.engine.io.recycle): where its slices' pages come from
 
     def __init__(self, size: int, file_offset: int, pool: PagePool | None = None):
         self.size = size
