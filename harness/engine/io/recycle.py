@@ -139,11 +139,12 @@ class PyPagePool:
         with self._lock:
             if not self._in_region(a, b) or a in self._attached:
                 return 0
-            off = self._pop(cls)
-            if off < 0 and (off := self._pop(cls + 1)) >= 0:
+            room = len(self._attached) < self.max_attached
+            off = self._pop(cls) if room else -1
+            if off < 0 and room and (off := self._pop(cls + 1)) >= 0:
                 cls += 1
             size = cls * self.granule * PAGE
-            if off < 0 and len(self._attached) < self.max_attached and self.carved + size <= self.cap:
+            if off < 0 and room and self.carved + size <= self.cap:
                 off, rc = self.carved, 2
                 self.carved += size
             if off < 0:

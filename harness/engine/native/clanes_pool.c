@@ -168,8 +168,10 @@ int bmoe_pool_attach(pool_t *P, uintptr_t addr, int64_t len) {
         pthread_mutex_unlock(&P->mu);
         return 0;
     }
-    got = pop_free(P, cls);
-    if (got < 0 && (got = pop_free(P, cls + 1)) >= 0) cls++;
+    if (P->attached < P->max_attached) {
+        got = pop_free(P, cls);
+        if (got < 0 && (got = pop_free(P, cls + 1)) >= 0) cls++;
+    }
     if (got < 0 && P->attached < P->max_attached && P->carved + cls * P->granule * PAGE <= P->cap) {
         got = P->carved;
         P->carved += cls * P->granule * PAGE;
