@@ -228,6 +228,8 @@ def test_recycled_pages_match_resident(models, resident, tmp_path, case, lanes):
     # at most the budget and one release batch (4 layers of k experts: on these 4-layer models one token cycle T)
     assert 0 < s["pool_mib"] <= s["cache_budget_mib"] + s["token_cycle_mib"] + 1e-3, s
     assert s["rss_shmem_mib"] > 0 and 0 < s["vmas"] < s["max_map_count"]
+    # what the flag changes, measured per generation (harness.engine.run.thread_clock): /proc ticks, 10 ms steps
+    assert min(s["lanes_sys_ms"], s["lanes_user_ms"], s["main_cpu_ms"], s["releaser_cpu_ms"]) >= 0
 
 
 @pytest.mark.parametrize("lanes", ["0", "1"])
