@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import mmap
 import os
 import threading
 from typing import Protocol
 
-from harness.engine.io.vm import PAGE
+PAGE = mmap.PAGESIZE  # as harness.engine.io.vm's (which imports this module)
 
 GRANULE = 16  # pages: chunks come in multiples of 64 KiB, so slices of one tensor (n or n-1 whole pages) share sizes
 STATS = ("pool_recycled", "pool_fresh", "pool_fallback", "pool_detached", "pool_dontneed", "pool_errors",
