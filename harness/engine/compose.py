@@ -84,16 +84,16 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect, spec_max=cfg.prefetch_lanes or None)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
     pool = None
-    if cfg.moe_stream and cfg.recycle_pages:  # the cache budget and the releaser's slack (what _check_cap counts)
+    if cfg.moe_stream and cfg.recycle_pages != "off":  # within the budget and the release slack (_check_cap's)
         from harness.engine.io.recycle import pool_cap
 
         assert reader is not None and parts.plan is not None
         every = batch_layers(bool(cfg.prefetch or cfg.predict_prefetch))
         try:
-            pool = reader.recycle(pool_cap(parts.plan.budget_bytes,
-                                           release_slack(every, k, layout.expert_bytes_per_layer())))
+            pool = reader.recycle(cfg.recycle_pages, pool_cap(cfg.recycle_pages, parts.plan.budget_bytes,
+                                                              release_slack(every, k, layout.expert_bytes_per_layer())))
         except OSError as e:
-            raise UserError(f"--recycle-pages: {e.strerror or e}") from None
+            raise UserError(f"--recycle-pages {cfg.recycle_pages}: {e.strerror or e}") from None
     prefetch = None
     if cfg.moe_stream and (cfg.prefetch or cfg.predict_prefetch):
         from harness.engine.cache.prefetch import make_prefetcher
@@ -220,7 +220,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
             raise UserError(f"{'--prefetch' if cfg.prefetch else '--predict-prefetch'} reads ahead into the expert "
                             f"cache, and the cache plan is none "
                             f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
-        if cfg.recycle_pages and not parts.plan.budget_bytes:
+        if cfg.recycle_pages != "off" and not parts.plan.budget_bytes:
             raise UserError(f"--recycle-pages gives an evicted expert's pages to the next miss, and the cache plan is "
                             f"none ({parts.plan.note}); without a cache the pages are reused already (shared slots): "
                             "drop --recycle-pages or give a --cache-mb")

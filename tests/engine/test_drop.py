@@ -192,7 +192,7 @@ def test_drop_zero_is_the_run_without_drops_byte_for_byte(model, base, tmp_path)
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("flags", [(), ("--drop-no-renorm", "--drop-in-prefill"), ("--recycle-pages",)],
+@pytest.mark.parametrize("flags", [(), ("--drop-no-renorm", "--drop-in-prefill"), ("--recycle-pages", "move")],
                          ids=["renorm", "norenorm-prefill", "renorm-recycled"])
 def test_drop_streamed_equals_resident_replaying_its_decisions(model, base, tmp_path, flags) -> None:
     trace = tmp_path / "d.route.csv"

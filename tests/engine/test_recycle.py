@@ -1,7 +1,9 @@
-"""The page pool of --recycle-pages (harness.engine.io.recycle), both twins (clanes_pool.c and PyPagePool): a slice's
-whole pages become a memfd chunk before its read, an evicted slice's chunk goes back to the pool and to the next miss
-without being zeroed, neighbours' boundary pages are never touched, the cap and the VMA limit hold, the mappings merge
-back when the chunks are detached; and the same through the read lanes of a SliceReader, compiled and Python."""
+"""The page pools of --recycle-pages, each kind in both twins (compiled: clanes_pool.c, clanes_move.c; Python:
+harness.engine.io.recycle, recycle_move). memfd: a slice's whole pages become a memfd chunk before its read, an evicted
+slice's chunk goes back to the pool and to the next miss without being zeroed, the cap and the VMA limit hold, the
+mappings merge back when the chunks are detached. move: an evicted slice's pages stay until a miss moves them in
+(UFFDIO_MOVE) or the slice takes them back, the cap holds, no mapping is added. Neighbours' boundary pages are never
+touched; and the same through the read lanes of a SliceReader, compiled and Python."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from harness.engine.io import clanes, recycle, sysstats
 from harness.engine.io.reader import SliceReader
+from harness.engine.io.recycle_move import PyMovePool
 from harness.engine.io.vm import PAGE, Reservation
 
 NB2 = 5 * PAGE + 96  # a slice of 5-6 whole pages that starts and ends inside shared pages, as in a GGUF
@@ -21,12 +24,22 @@ N_EXPERT = 8
 CHUNK = recycle.GRANULE * PAGE  # one granule holds a slice of NB2 bytes
 
 
+def _lib():
+    lib = clanes.load()
+    assert lib is not None and lib.bmoe_lanes_version() >= clanes.POOL_VERSION, "the compiled lanes were not built"
+    return lib
+
+
 def _pool(impl: str, cap: int, **kw) -> recycle.PagePool:
     if impl == "python":
         return recycle.PyPagePool(cap, **kw)
-    lib = clanes.load()
-    assert lib is not None and lib.bmoe_lanes_version() >= clanes.POOL_VERSION, "the compiled lanes were not built"
-    return recycle.CPagePool(lib, cap, **kw)
+    return recycle.CPagePool(_lib(), cap, **kw)
+
+
+def _move_pool(impl: str, cap: int, attached_max: int = 64) -> recycle.PagePool:
+    if impl == "python":
+        return PyMovePool(cap, attached_max)
+    return recycle.CPagePool(_lib(), cap, attached_max=attached_max, kind="move")
 
 
 @pytest.fixture
@@ -121,8 +134,45 @@ def test_reads_outside_the_registered_tensors_are_left_alone(model, impl):
     pool.close()
 
 
+@pytest.mark.parametrize("impl", ["c", "python"])
+def test_move_an_evicted_slice_pages_stay_until_a_miss_moves_them_in_unzeroed(model, impl):
+    path, data = model
+    pool = _move_pool(impl, 2 * 5 * PAGE)  # room for two evicted slices' pages (4 whole pages each), not three
+    res = Reservation(N_EXPERT * NB2, OFF, pool)
+    vmas0 = recycle.vma_count()
+    for e in range(5):
+        assert pool.attach(res.addr_of(_slice(e)[0]), NB2) == 0  # nothing evicted yet: fresh pages, as before
+        _read(res, path, e)
+    old = _whole_pages(res, 1)
+    res.release(*_slice(1))  # kept where it is, bytes and all
+    assert _whole_pages(res, 1) == old and pool.stats()["pool_detached"] == 1
+    assert pool.attach(res.addr_of(_slice(6)[0]), NB2) == 1  # moved into the miss: the evicted slice's bytes, unzeroed
+    got = _whole_pages(res, 6)
+    n = min(len(got), len(old))
+    assert got[:n] == old[:n], "the moved pages are not the evicted slice's"
+    assert _whole_pages(res, 1) == bytes(len(old)), "the evicted slice still holds pages after they were moved"
+    _read(res, path, 6)
+    assert _bytes(res, 6) == data[slice(*_slice(6))]
+    for e in (0, 2):  # a slice evicted and missed again takes its own pages back, in place
+        res.release(*_slice(e))
+    assert pool.attach(res.addr_of(_slice(2)[0]), NB2) == 1
+    _read(res, path, 2)
+    res.release(*_slice(3))
+    res.release(*_slice(4))  # over the cap (slices 0 and 3 held): released as without the pool
+    st = pool.stats()
+    assert (st["pool_recycled"], st["pool_fallback"], st["pool_detached"], st["pool_dontneed"], st["pool_errors"]) == \
+        (2, 5, 4, 1, 0), st
+    assert st["pool_attached"] == 2 and st["pool_bytes"] == 2 * 4 * PAGE
+    assert _whole_pages(res, 4) == bytes(len(_whole_pages(res, 4)))
+    for e in (0, 2, 3, 5, 6):
+        assert _bytes(res, e) == data[slice(*_slice(e))], f"slice {e} changed"
+    assert recycle.vma_count() == vmas0, "the move kind added mappings"
+    pool.close()
+
+
+@pytest.mark.parametrize("kind", ["move", "memfd"])
 @pytest.mark.parametrize("lanes", ["c", "python"])
-def test_the_read_lanes_attach_before_they_read(model, monkeypatch, lanes):
+def test_the_read_lanes_attach_before_they_read(model, monkeypatch, lanes, kind):
     """Through a SliceReader: its lanes (compiled: clanes.c, no GIL; Python: reader._read) attach a chunk before each
     read into a registered reservation; evictions release through the pool; every byte is the file's."""
     path, data = model
@@ -131,7 +181,7 @@ def test_the_read_lanes_attach_before_they_read(model, monkeypatch, lanes):
     r = SliceReader([path], 3, odirect=False)
     assert r.lanes_impl == lanes
     try:
-        pool = r.recycle(4 * CHUNK)
+        pool = r.recycle(kind, 4 * CHUNK)
         res = Reservation(N_EXPERT * NB2, OFF, pool)
         reads = [(a, NB2, res.addr_of(a), None) for a in [_slice(e)[0] for e in range(4)]]
         r.submit_many(path, reads).result()
@@ -143,7 +193,8 @@ def test_the_read_lanes_attach_before_they_read(model, monkeypatch, lanes):
         for e in (2, 3, 6, 7):
             assert _bytes(res, e) == data[slice(*_slice(e))]
         st = pool.stats()
-        assert (st["pool_fresh"], st["pool_recycled"], st["pool_detached"]) == (4, 2, 2), st
+        assert (st["pool_fresh"], st["pool_recycled"], st["pool_detached"]) == ((4, 2, 2) if kind == "memfd" else
+                                                                               (0, 2, 2)), st
         tids = r.lane_tids()
         assert len(tids) == 3 and all(t > 0 for t in tids)
         user, system = sysstats.thread_cpu(tids)
@@ -157,6 +208,7 @@ def test_the_pool_holds_the_budget_and_the_release_batch_the_cgroup_check_counts
 
     slack = release_slack(4, 6, [0, 3 << 20, 3 << 20])
     assert slack == 4 * 6 * (3 << 20)
-    cap = recycle.pool_cap(160 << 20, slack)
     fit = CapFit(448 << 20, 0, 160 << 20, 60 << 20, 30 << 20, slack)
-    assert cap == fit.budget + fit.release  # what the pool may hold is what the fit check already counts
+    # what a pool may hold is what the fit check already counts: memfd every recycled slice, move the evicted ones
+    assert recycle.pool_cap("memfd", 160 << 20, slack) == fit.budget + fit.release
+    assert recycle.pool_cap("move", 160 << 20, slack) == fit.release

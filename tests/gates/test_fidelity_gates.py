@@ -29,8 +29,8 @@ POLICY_LIST = sorted(p for p in POLICIES if not is_offline(p) and p != ONLINE_DE
 
 def _knobs(name: str, cache_mb: int) -> dict[str, tuple[str, ...]]:
     """The lossless knob sets of one architecture; the cache policy (other than the default, which the first set
-    runs) turns with the architecture, so every policy is gated on some. The evicting set also carries a lossy knob
-    at its neutral value (--drop-cold-experts 0 skips none)."""
+    runs) turns with the architecture, so every policy is gated on some, as does the --recycle-pages kind. The
+    evicting set also carries a lossy knob at its neutral value (--drop-cold-experts 0 skips none)."""
     policy = POLICY_LIST[NAMES.index(name) % len(POLICY_LIST)]
     return {
         "stream-cache-off-odirect": ("--moe-stream", "--cache-mb", "0"),
@@ -41,7 +41,7 @@ def _knobs(name: str, cache_mb: int) -> dict[str, tuple[str, ...]]:
         "stream-all-cached-prefetch-8-lanes": ("--moe-stream", "--cache-mb", "200", "--io-threads", "8",
                                                "--prefetch", "1", "--predict-prefetch", "--dense-weights", "warm"),
         "stream-evicting-recycled-3-lanes": ("--moe-stream", "--cache-mb", str(cache_mb), "--io-threads", "3",
-                                             "--recycle-pages"),
+                                             "--recycle-pages", ("move", "memfd")[NAMES.index(name) % 2]),
     }
 
 

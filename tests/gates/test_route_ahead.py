@@ -55,7 +55,7 @@ def resident(models, tmp_path_factory):
 # cache off (shared slots: reads at the layer's own routing node); a 1 MiB cache (evictions; reads at commit time)
 # on 2 lanes with O_DIRECT; the same with buffered reads
 STREAMED = [("--cache-mb", "0"), ("--cache-mb", "1", "--io-threads", "2"), ("--cache-mb", "1", "--no-odirect"),
-            ("--cache-mb", "1", "--recycle-pages")]  # and with evicted pages recycled (held ones released late)
+            ("--cache-mb", "1", "--recycle-pages", "move")]  # and evicted pages recycled (held ones released late)
 
 
 @pytest.mark.engine

@@ -4,9 +4,12 @@ and each candidate decides where a miss's pages come from and what an eviction d
 
 - `dontneed`: today's engine without the flag: the evicted slice's pages freed (MADV_DONTNEED); each miss faults,
   zeroes and charges fresh anonymous pages inside its read;
-- `memfd`: the flag (harness.engine.io.recycle, the Python twin): a free memfd chunk mapped over the miss's whole pages
-  with MAP_FIXED | MAP_POPULATE before the read; the eviction maps anonymous memory back and frees the chunk;
-- `memfd-lazy`: the same without MAP_POPULATE (the read itself takes a minor fault per page; no zeroing);
+- `move`: `--recycle-pages move` (harness.engine.io.recycle_move, clanes_move.c): the eviction keeps the pages where
+  they are; before the read they are moved into the miss's whole pages with UFFDIO_MOVE;
+- `memfd`: `--recycle-pages memfd` (harness.engine.io.recycle, clanes_pool.c): a free memfd chunk mapped over the
+  miss's whole pages with MAP_FIXED | MAP_POPULATE before the read; the eviction maps anonymous memory back and frees
+  the chunk;
+- `memfd-lazy`: the same without MAP_POPULATE (the read itself takes a minor fault per page; no zeroing; Python twin);
 - `mremap`: the evicted slice's anonymous pages moved to the miss's address (mremap MREMAP_FIXED), its hole refilled
   with an anonymous mapping;
 - `resident`: the floor: every read into pages already faulted (one shared slot, as without a cache).
@@ -14,8 +17,9 @@ and each candidate decides where a miss's pages come from and what an eviction d
 Per candidate: kernel and user CPU of the reading thread per MiB read (getrusage RUSAGE_THREAD), the same for the
 eviction step (on the engine it runs on the page releaser's thread), the mappings (VMAs) at the end against
 vm.max_map_count, and RssAnon/RssShmem. `python -m harness.engine.diag.recycle_probe MODEL [--misses N] [--resident R]
-[--no-odirect]`. One thread, one read at a time: the lanes' parallelism and the compute thread's contention for the
-kernel's mmap lock are not in it (the engine's summary measures those: lanes_sys_ms_per_mib, main_cpu_ms)."""
+[--no-odirect] [--python]` (--python: the pools' Python twins instead of the compiled ones). One thread, one read at
+a time: the lanes' parallelism and the compute thread's contention for the kernel's locks are not in it (the engine's
+summary measures those: lanes_sys_ms_per_mib, main_cpu_ms)."""
 
 from __future__ import annotations
 
@@ -27,12 +31,12 @@ import resource
 import time
 from pathlib import Path
 
-from harness.engine.io import recycle, sysstats
+from harness.engine.io import clanes, recycle, sysstats
 from harness.engine.io.vm import PAGE, Reservation
 from harness.engine.model.gguf_layout import load_layout
 
 MIB = 1048576
-CANDIDATES = ("dontneed", "memfd", "memfd-lazy", "mremap", "resident")
+CANDIDATES = ("dontneed", "move", "memfd", "memfd-lazy", "mremap", "resident")
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mremap.restype = ctypes.c_void_p
 _libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
@@ -70,7 +74,8 @@ def _read(fd: int, direct: bool, pos: int, n: int, addr: int, size: int) -> int:
     return got
 
 
-def probe(model: str, candidate: str, misses: int, resident: int, odirect: bool, seed: int = 1) -> dict[str, float]:
+def probe(model: str, candidate: str, misses: int, resident: int, odirect: bool, python: bool = False,
+          seed: int = 1) -> dict[str, float]:
     lay = load_layout(model)
     ets = sorted(lay.experts.values(), key=lambda t: (t.layer, t.name))
     nb2 = max(t.nb2 for t in ets)
@@ -78,10 +83,13 @@ def probe(model: str, candidate: str, misses: int, resident: int, odirect: bool,
     path = ets[0].path
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if odirect else 0))
     size = os.fstat(fd).st_size
-    pool: recycle.PyPagePool | None = None
-    if candidate in ("memfd", "memfd-lazy"):
-        chunk = -(-(nb2 // PAGE) // recycle.GRANULE) * recycle.GRANULE * PAGE
-        pool = (_Lazy if candidate == "memfd-lazy" else recycle.PyPagePool)((resident + 2) * chunk)
+    pool: recycle.PagePool | None = None
+    lib = None if python else clanes.load()
+    chunk = -(-(nb2 // PAGE) // recycle.GRANULE) * recycle.GRANULE * PAGE
+    if candidate == "memfd-lazy":
+        pool = _Lazy((resident + 2) * chunk)
+    elif candidate in ("memfd", "move"):  # memfd: every resident slice and two more; move: two evicted slices
+        pool = recycle.make_pool(candidate, (resident + 2) * chunk if candidate == "memfd" else 2 * nb2, lib)
     slot = Reservation(nb2 + PAGE, 0)  # `resident`: one buffer, its pages faulted by the first read only
     if candidate == "resident":
         res = {t.name: slot for t in ets}
@@ -102,7 +110,7 @@ def probe(model: str, candidate: str, misses: int, resident: int, odirect: bool,
         addr = slot.data + pos % PAGE if candidate == "resident" else r.addr_of(pos)
         u0, s0 = _cpu()
         if pool is not None:
-            pool.attach(addr, nb2)
+            pool.attach(addr, nb2)  # type: ignore[attr-defined]
         nbytes += _read(fd, odirect, pos, nb2, addr, size)
         u1, s1 = _cpu()
         read_cpu[0] += u1 - u0
@@ -132,7 +140,8 @@ def probe(model: str, candidate: str, misses: int, resident: int, odirect: bool,
     wall = time.perf_counter() - t_wall
     mib = nbytes / MIB
     ps = sysstats.proc_status()
-    out = {"candidate": candidate, "odirect": int(odirect), "mib_read": round(mib, 1), "wall_s": round(wall, 3),
+    out = {"candidate": candidate, "odirect": int(odirect), "pools": "python" if python or lib is None else "c",
+           "mib_read": round(mib, 1), "wall_s": round(wall, 3),
            "read_sys_ms_per_mib": round(read_cpu[1] * 1e3 / mib, 4),
            "read_user_ms_per_mib": round(read_cpu[0] * 1e3 / mib, 4),
            "evict_sys_ms_per_mib": round(evict_cpu[1] * 1e3 / mib, 4),
@@ -140,7 +149,8 @@ def probe(model: str, candidate: str, misses: int, resident: int, odirect: bool,
            "vmas": recycle.vma_count(), "max_map_count": recycle.max_map_count(),
            "rss_anon_mib": ps["RssAnon"], "rss_shmem_mib": ps["RssShmem"]}
     if pool is not None:
-        out.update({k: v for k, v in pool.stats().items() if k in ("pool_recycled", "pool_fresh", "pool_fallback")})
+        out.update({k: v for k, v in pool.stats().items() if k in ("pool_recycled", "pool_fresh", "pool_fallback",
+                                                                   "pool_errors")})
     os.close(fd)
     return out
 
@@ -153,11 +163,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resident", type=int, default=64, help="slices kept resident (the cache)")
     ap.add_argument("--no-odirect", action="store_true")
     ap.add_argument("--candidates", default=",".join(CANDIDATES))
+    ap.add_argument("--python", action="store_true", help="the pools' Python twins")
     a = ap.parse_args(argv)
     if not Path(a.model).is_file():
         raise SystemExit(f"{a.model}: no such model file")
     for c in a.candidates.split(","):
-        print(probe(a.model, c, a.misses, a.resident, not a.no_odirect), flush=True)
+        print(probe(a.model, c, a.misses, a.resident, not a.no_odirect, a.python), flush=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Protocol
 from harness.engine.io import clanes
 from harness.engine.io.lanes import PriorityLanes
 from harness.engine.io.read_group import Gather, chunks
-from harness.engine.io.recycle import CPagePool, PagePool, PyPagePool
+from harness.engine.io.recycle import PagePool, make_pool
 from harness.engine.io.vm import PAGE
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -135,7 +135,7 @@ class SliceReader:
         self.recorder: ReadRecorder | None = None  # --io-trace: told each tagged read's times on its lane
         self._reg: list[tuple[Path, int, int, int]] = []  # registered tensors (register): path, pos0, nb2, addr0
         self.page_pool: PagePool | None = None  # --recycle-pages (recycle): the page pool the reads attach chunks of
-        self._py_pool: PyPagePool | None = None  # the same, when the Python lanes read (their _read attaches)
+        self._py_pool: PagePool | None = None  # the same, when the Python lanes read (their _read attaches)
         lib = clanes.load()
         self.lanes_impl = "c" if lib is not None else "python"
         self._c: clanes.CLanes | None = None
@@ -183,18 +183,18 @@ class SliceReader:
     def odirect(self) -> bool:
         return bool(self.fd_direct)
 
-    def recycle(self, cap: int) -> PagePool:
-        """--recycle-pages: a page pool of at most `cap` bytes (harness.engine.io.recycle) whose chunks the lanes map
-        over each slice they read into a registered region; the hook registers the expert tensors' reservations with
-        it and their release gives the chunks back."""
+    def recycle(self, kind: str, cap: int) -> PagePool:
+        """--recycle-pages KIND: a page pool of at most `cap` bytes (harness.engine.io.recycle) that the lanes take a
+        slice's pages from before each read into a registered region; the hook registers the expert tensors'
+        reservations with it and their release gives the pages back."""
         if self._c is not None:
             if not self._c.pooled:
-                raise OSError("--recycle-pages: the compiled read lanes predate the page pool; rebuild them "
+                raise OSError("the compiled read lanes predate the page pool; rebuild them "
                               "(python setup.py build_ext --inplace) or set BMOE_PURE_PYTHON_LANES=1")
-            pool = CPagePool(self._c.lib, cap)
-            self._c.set_pool(pool.handle)
+            pool = make_pool(kind, cap, self._c.lib)
+            self._c.set_pool(pool.handle)  # type: ignore[attr-defined]
         else:
-            pool = self._py_pool = PyPagePool(cap)
+            pool = self._py_pool = make_pool(kind, cap, None)
         self.page_pool = pool
         return pool
 
@@ -208,7 +208,7 @@ class SliceReader:
         t0 = time.perf_counter_ns()
         if self._py_pool is not None:  # --recycle-pages: the slice's whole pages become a pool chunk first
             try:
-                self._py_pool.attach(addr, length)
+                self._py_pool.attach(addr, length)  # type: ignore[attr-defined]
             except OSError as e:
                 raise read_error(e, path, file_pos, length) from None
         fd = self.fd_direct.get(path)

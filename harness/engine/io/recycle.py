@@ -1,5 +1,7 @@
-"""Recycled pages (`--recycle-pages`): an evicted expert slice's physical pages go to the next miss instead of being
-freed with MADV_DONTNEED and faulted (zeroed, charged) again by the next read.
+"""Recycled pages (`--recycle-pages memfd|move`): an evicted expert slice's physical pages go to the next miss instead
+of being freed with MADV_DONTNEED and faulted (zeroed, charged) again by the next read. Two kinds: `move`
+(harness.engine.io.recycle_move, clanes_move.c: the evicted pages stay anonymous where they are and a lane moves them
+into the miss with UFFDIO_MOVE) and `memfd`, this module's:
 
 The pages live in one memfd, the pool. Before a lane reads a slice into an expert tensor's reservation (a region
 registered by the hook as it binds the tensor), it maps a free chunk of the memfd over the slice's whole pages with
@@ -8,8 +10,8 @@ have released the pages with MADV_DONTNEED, maps anonymous memory back over the 
 pool (`detach`). The tensor's virtual layout never changes (llama.cpp reads each expert at its fixed address), and
 the bytes a read lands are the same: a chunk is always read over in full before the slice is computed.
 
-Honest memory: the pool carves chunks up to `cap` bytes, the cache budget plus the pages a decode batch holds before
-its evictions are released (`pool_cap`: the same sum the memory cgroup check of harness.engine.cache.budget.CapFit
+Honest memory: the memfd pool carves chunks up to `cap` bytes, the cache budget plus the pages a decode batch holds
+before its evictions are released (`pool_cap`: the sum the memory cgroup check, harness.engine.cache.budget.CapFit,
 counts), and never more; at most `max_attached` slices at once (each is two VMAs, kept well under
 vm.max_map_count). A slice that finds no chunk is read into plain anonymous pages, as without the pool, and its
 release is then MADV_DONTNEED (counted: `pool_fallback`). The pool's pages are shared memory: RssShmem, not RssAnon,
@@ -61,10 +63,26 @@ class PagePool(Protocol):
     def close(self) -> None: ...
 
 
-def pool_cap(budget: int, release_slack: int) -> int:
-    """The most the pool may hold: the cache budget and the evicted pages a decode batch may hold before they are
-    released (harness.engine.cache.budget.release_slack), which is what the cgroup fit check counts."""
-    return budget + release_slack
+KINDS = ("memfd", "move")
+
+
+def pool_cap(kind: str, budget: int, release_slack: int) -> int:
+    """The most a pool may hold, within what the cgroup fit check counts: the memfd pool holds every recycled slice's
+    pages, so the cache budget and the evicted pages a decode batch may hold before they are released
+    (harness.engine.cache.budget.release_slack); the move pool holds only evicted pages, so the release batch."""
+    return budget + release_slack if kind == "memfd" else release_slack
+
+
+def make_pool(kind: str, cap: int, lib: ctypes.CDLL | None) -> PagePool:
+    """A pool of `kind` holding at most `cap` bytes: in the compiled lanes' library `lib`, else for the Python lanes.
+    OSError when this kernel cannot (the move kind needs userfaultfd with UFFDIO_MOVE, Linux 6.8)."""
+    if lib is not None:
+        return CPagePool(lib, cap, kind=kind)
+    if kind == "move":
+        from harness.engine.io.recycle_move import PyMovePool
+
+        return PyMovePool(cap, max_attached(cap))
+    return PyPagePool(cap)
 
 
 def max_map_count() -> int:
@@ -211,7 +229,7 @@ _i64, _vp = ctypes.c_int64, ctypes.c_void_p
 def declare(lib: ctypes.CDLL) -> None:
     """The pool's calls in the compiled lanes' library (version 5)."""
     lib.bmoe_pool_new.restype = _vp
-    lib.bmoe_pool_new.argtypes = [_i64, _i64, _i64]
+    lib.bmoe_pool_new.argtypes = [_i64, _i64, _i64, ctypes.c_int]
     lib.bmoe_pool_region.restype = ctypes.c_int
     lib.bmoe_pool_region.argtypes = [_vp, ctypes.c_size_t, ctypes.c_size_t]
     lib.bmoe_pool_attach.restype = ctypes.c_int
@@ -226,17 +244,22 @@ class CPagePool:
     """The pool in the compiled lanes' library (clanes_pool.c): the lanes attach chunks before their reads; `detach`
     runs on the page releaser's thread through ctypes (the GIL released while the kernel changes the mappings)."""
 
-    def __init__(self, lib: ctypes.CDLL, cap: int, granule: int = GRANULE, attached_max: int | None = None):
+    def __init__(self, lib: ctypes.CDLL, cap: int, granule: int = GRANULE, attached_max: int | None = None,
+                 kind: str = "memfd"):
         self.lib = lib
         self.max_attached = max_attached(cap) if attached_max is None else attached_max
-        self.handle = lib.bmoe_pool_new(cap, granule, self.max_attached)
+        self.handle = lib.bmoe_pool_new(cap, granule, self.max_attached, KINDS.index(kind))
         if not self.handle:
-            raise OSError(f"the page pool (a memfd of {cap} bytes) could not be made: memfd_create or ftruncate "
-                          "failed; run without --recycle-pages")
+            why = ("a userfaultfd with UFFDIO_MOVE (Linux 6.8+) could not be opened" if kind == "move" else
+                   f"a memfd of {cap} bytes could not be made")
+            raise OSError(f"the page pool: {why}; run with another --recycle-pages kind or without it")
 
     def region(self, lo: int, hi: int) -> None:
-        if self.lib.bmoe_pool_region(self.handle, lo, hi) != 0:
+        rc = self.lib.bmoe_pool_region(self.handle, lo, hi)
+        if rc == -1:
             raise MemoryError("bmoe: the page pool could not register a tensor")
+        if rc < 0:
+            raise OSError(-rc, f"registering an expert tensor with the page pool's userfaultfd: {os.strerror(-rc)}")
 
     def attach(self, addr: int, length: int) -> int:
         """As the lanes do before a read (tests)."""

@@ -13,88 +13,7 @@
  * plain anonymous pages as without the pool (counted as a fallback); its release is then MADV_DONTNEED. Boundary
  * pages shared with a neighbouring slice are never part of a chunk. Every call holds the pool's mutex except the
  * mmap itself. */
-#include "clanes.h"
-
-#include <sys/mman.h>
-
-#define NCLASS 64
-enum { ST_RECYCLED, ST_FRESH, ST_FALLBACK, ST_DETACHED, ST_DONTNEED, ST_ERRORS, ST_ATTACHED, ST_CARVED };
-
-typedef struct {
-    int64_t key, off, cls, pages;  /* key: the slice's first whole page (0: empty); cls: chunk size in granules */
-} slot_t;
-
-typedef struct {
-    int64_t cls;
-    int64_t *off;
-    int n, cap;
-} freelist_t;
-
-struct pool {
-    pthread_mutex_t mu;
-    int fd;
-    int64_t cap, carved, granule, max_attached, attached;
-    freelist_t fl[NCLASS];
-    int nfl;
-    slot_t *tab;
-    int64_t mask;  /* table size - 1 (a power of two) */
-    int64_t *lo, *hi;  /* the registered regions, sorted by lo */
-    int nreg, capreg;
-    int64_t st[8];
-};
-
-pool_t *bmoe_pool_new(int64_t cap, int64_t granule, int64_t max_attached) {
-    pool_t *P = calloc(1, sizeof *P);
-    if (!P) return NULL;
-    P->fd = memfd_create("bmoe-pool", MFD_CLOEXEC);
-    int64_t size = 1;
-    while (size < 2 * (max_attached + 1)) size *= 2;
-    P->tab = calloc((size_t)size, sizeof *P->tab);
-    if (P->fd < 0 || !P->tab || ftruncate(P->fd, cap) != 0) {
-        int e = errno;
-        if (P->fd >= 0) close(P->fd);
-        free(P->tab);
-        free(P);
-        errno = e;
-        return NULL;
-    }
-    pthread_mutex_init(&P->mu, NULL);
-    P->mask = size - 1;
-    P->cap = cap;
-    P->granule = granule > 0 ? granule : 1;
-    P->max_attached = max_attached;
-    return P;
-}
-
-static int64_t slot_of(const pool_t *P, int64_t key) {
-    return (int64_t)(((uint64_t)key >> 12) * 0x9E3779B97F4A7C15ull >> 20) & P->mask;
-}
-
-static int64_t find(const pool_t *P, int64_t key) {
-    for (int64_t i = slot_of(P, key);; i = (i + 1) & P->mask) {
-        if (P->tab[i].key == key) return i;
-        if (P->tab[i].key == 0) return -1;
-    }
-}
-
-static void insert(pool_t *P, slot_t s) {
-    int64_t i = slot_of(P, s.key);
-    while (P->tab[i].key != 0) i = (i + 1) & P->mask;
-    P->tab[i] = s;
-}
-
-static void erase(pool_t *P, int64_t i) {  /* linear probing: shift the cluster's later entries back */
-    P->tab[i].key = 0;
-    for (int64_t j = (i + 1) & P->mask; P->tab[j].key != 0; j = (j + 1) & P->mask) {
-        int64_t h = slot_of(P, P->tab[j].key);
-        /* move j to i if its home h is not cyclically within (i, j] */
-        if ((j > i && (h <= i || h > j)) || (j < i && (h <= i && h > j))) {
-            P->tab[i] = P->tab[j];
-            P->tab[j].key = 0;
-            i = j;
-        }
-    }
-}
+#include "clanes_pool.h"
 
 static freelist_t *list_of(pool_t *P, int64_t cls, int create) {
     for (int i = 0; i < P->nfl; i++)
@@ -123,18 +42,48 @@ static int64_t pop_free(pool_t *P, int64_t cls) {
     return f && f->n ? f->off[--f->n] : -1;
 }
 
-/* [a, b) lies in one registered region */
-static int in_region(const pool_t *P, int64_t a, int64_t b) {
-    int lo = 0, hi = P->nreg;
-    while (lo < hi) {  /* the last region with lo <= a */
-        int mid = (lo + hi) / 2;
-        if (P->lo[mid] <= a) lo = mid + 1; else hi = mid;
+/* kind POOL_MEMFD: chunks of a memfd of `cap` bytes, at most max_attached at once; POOL_MOVE: evicted pages held up
+ * to `cap` bytes in at most max_attached ranges. NULL on failure (errno: why) */
+pool_t *bmoe_pool_new(int64_t cap, int64_t granule, int64_t max_attached, int kind) {
+    pool_t *P = calloc(1, sizeof *P);
+    if (!P) return NULL;
+    P->kind = kind;
+    P->fd = P->uffd = -1;
+    int64_t size = 1;
+    while (size < 2 * (max_attached + 1)) size *= 2;
+    P->tab = calloc((size_t)size, sizeof *P->tab);
+    int bad = !P->tab;
+    if (!bad && kind == POOL_MOVE) {
+        bad = move_init(P) != 0;
+    } else if (!bad) {
+        P->fd = memfd_create("bmoe-pool", MFD_CLOEXEC);
+        bad = P->fd < 0 || ftruncate(P->fd, cap) != 0;
     }
-    return lo > 0 && b <= P->hi[lo - 1];
+    if (bad) {
+        int e = errno;
+        if (P->fd >= 0) close(P->fd);
+        if (P->uffd >= 0) close(P->uffd);
+        free(P->tab);
+        free(P);
+        errno = e;
+        return NULL;
+    }
+    pthread_mutex_init(&P->mu, NULL);
+    pthread_cond_init(&P->busy_cv, NULL);
+    P->mask = size - 1;
+    P->cap = cap;
+    P->granule = granule > 0 ? granule : 1;
+    P->max_attached = max_attached;
+    return P;
 }
 
-/* an expert tensor's reservation [lo, hi): reads into it attach chunks. 0, or -1 (no memory) */
+/* an expert tensor's reservation [lo, hi): reads into it attach chunks. 0, -1 (no memory) or -errno (the move kind's
+ * registration with userfaultfd failed) */
 int bmoe_pool_region(pool_t *P, uintptr_t lo, uintptr_t hi) {
+    if (P->kind == POOL_MOVE) {
+        int e = move_region(P, lo, hi);
+        if (e) return e;
+    }
     pthread_mutex_lock(&P->mu);
     int rc = 0;
     if (P->nreg == P->capreg) {
@@ -162,6 +111,7 @@ int bmoe_pool_region(pool_t *P, uintptr_t lo, uintptr_t hi) {
 int bmoe_pool_attach(pool_t *P, uintptr_t addr, int64_t len) {
     int64_t a = (int64_t)((addr + PAGE - 1) / PAGE * PAGE), b = (int64_t)((addr + (uintptr_t)len) / PAGE * PAGE);
     if (b <= a) return 0;
+    if (P->kind == POOL_MOVE) return move_attach(P, a, (b - a) / PAGE);
     int64_t pages = (b - a) / PAGE, cls = (pages + P->granule - 1) / P->granule, got = -1, rc = 1;
     pthread_mutex_lock(&P->mu);
     if (!in_region(P, a, b) || find(P, a) >= 0) {
@@ -208,6 +158,7 @@ int bmoe_pool_attach(pool_t *P, uintptr_t addr, int64_t len) {
 /* instead of madvise(MADV_DONTNEED) of the whole pages [a, a + n) of an evicted slice: an attached chunk goes back to
  * the pool (anonymous memory mapped over the range again), else MADV_DONTNEED. 1 or 0; -errno on failure */
 int bmoe_pool_detach(pool_t *P, uintptr_t a, int64_t n) {
+    if (P->kind == POOL_MOVE) return move_detach(P, (int64_t)a, n);
     pthread_mutex_lock(&P->mu);
     int64_t i = find(P, (int64_t)a);
     slot_t s = {0};
@@ -238,18 +189,23 @@ int bmoe_pool_detach(pool_t *P, uintptr_t a, int64_t n) {
     return e ? -e : 1;
 }
 
-/* out[0..7]: recycled, fresh, fallback, detached, dontneed, errors (counts); attached now; bytes carved */
+/* out[0..7]: recycled, fresh, fallback, detached, dontneed, errors (counts); attached now (move: ranges held); bytes
+ * carved (move: the evicted pages held now) */
 void bmoe_pool_stats(pool_t *P, int64_t *out) {
     pthread_mutex_lock(&P->mu);
     memcpy(out, P->st, sizeof P->st);
-    out[ST_ATTACHED] = P->attached;
-    out[ST_CARVED] = P->carved;
+    out[ST_ATTACHED] = P->kind == POOL_MOVE ? P->nf : P->attached;
+    out[ST_CARVED] = P->kind == POOL_MOVE ? P->free_bytes : P->carved;
     pthread_mutex_unlock(&P->mu);
 }
 
 /* the memfd is closed; chunks still mapped keep their pages until unmapped (the process's end) */
 void bmoe_pool_free(pool_t *P) {
-    close(P->fd);
+    if (P->fd >= 0) close(P->fd);
+    if (P->uffd >= 0) close(P->uffd);  /* unregisters the reservations */
+    free(P->fa);
+    free(P->fn);
+    pthread_cond_destroy(&P->busy_cv);
     for (int i = 0; i < P->nfl; i++) free(P->fl[i].off);
     free(P->tab);
     free(P->lo);
