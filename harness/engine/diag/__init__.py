@@ -1,5 +1,5 @@
 """Measurement tools that nothing in the engine imports: batch exactness of verify batches, the cache-management
-profile of the live engine.
+profile of the live engine, the page-recycling candidates side by side (recycle_probe).
 
 May import: anything in the engine.
 """
