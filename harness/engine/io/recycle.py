@@ -42,7 +42,10 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _PROT_RW = 0x1 | 0x2
 _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
-_MAP_NORESERVE, _MAP_POPULATE = 0x4000, 0x8000
+_MAP_POPULATE = 0x8000
+# how the reservations are mapped (harness.engine.io.vm): MAP_NORESERVE where Python's mmap module has it (3.13+);
+# an anonymous range mapped back over a slice must match, or the VMAs do not merge again
+NORESERVE = getattr(mmap, "MAP_NORESERVE", 0)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MADV_DONTNEED = 4
 
@@ -116,7 +119,7 @@ def _mmap(addr: int, n: int, flags: int, fd: int = -1, off: int = 0) -> None:
 
 
 def _anon(addr: int, n: int) -> None:
-    _mmap(addr, n, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE | _MAP_FIXED)
+    _mmap(addr, n, _MAP_PRIVATE | _MAP_ANONYMOUS | NORESERVE | _MAP_FIXED)
 
 
 class PyPagePool:
@@ -229,7 +232,7 @@ _i64, _vp = ctypes.c_int64, ctypes.c_void_p
 def declare(lib: ctypes.CDLL) -> None:
     """The pool's calls in the compiled lanes' library (version 5)."""
     lib.bmoe_pool_new.restype = _vp
-    lib.bmoe_pool_new.argtypes = [_i64, _i64, _i64, ctypes.c_int]
+    lib.bmoe_pool_new.argtypes = [_i64, _i64, _i64, ctypes.c_int, ctypes.c_int]
     lib.bmoe_pool_region.restype = ctypes.c_int
     lib.bmoe_pool_region.argtypes = [_vp, ctypes.c_size_t, ctypes.c_size_t]
     lib.bmoe_pool_attach.restype = ctypes.c_int
@@ -248,7 +251,7 @@ class CPagePool:
                  kind: str = "memfd"):
         self.lib = lib
         self.max_attached = max_attached(cap) if attached_max is None else attached_max
-        self.handle = lib.bmoe_pool_new(cap, granule, self.max_attached, KINDS.index(kind))
+        self.handle = lib.bmoe_pool_new(cap, granule, self.max_attached, KINDS.index(kind), int(bool(NORESERVE)))
         if not self.handle:
             why = ("a userfaultfd with UFFDIO_MOVE (Linux 6.8+) could not be opened" if kind == "move" else
                    f"a memfd of {cap} bytes could not be made")

@@ -14,6 +14,8 @@ import mmap
 import os
 from typing import TYPE_CHECKING
 
+from harness.engine.io.recycle import NORESERVE
+
 if TYPE_CHECKING:
     from harness.engine.io.recycle import PagePool
 
@@ -28,12 +30,16 @@ class Reservation:
     def __init__(self, size: int, file_offset: int, pool: PagePool | None = None):
         self.size = size
         self.total = size + 3 * PAGE
-        flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
+        flags = mmap.MAP_PRIVATE | NORESERVE
         self.mm = mmap.mmap(-1, self.total, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
         self.data = self.base + PAGE + (file_offset % PAGE)
         self.file_offset = file_offset
         if pool is not None:
+            # one page of the padding written now gives the whole reservation one anon_vma before any chunk splits
+            # it, so the pieces left after a chunk is mapped back merge again (the kernel merges only pieces that
+            # share it: without this, 2 VMAs where there was 1 after a chunk's round trip, on this kernel)
+            ctypes.memset(self.base, 0, 1)
             pool.region(self.base, self.base + self.total)
             self.pool = pool
 

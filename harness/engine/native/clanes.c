@@ -95,11 +95,13 @@ static void *lane_main(void *p) {
     lanes_t *L = a->L;
     int lane = a->lane;
     free(a);
-    __atomic_store_n(&L->tids[lane], (int)gettid(), __ATOMIC_RELAXED);
     char name[16];
     snprintf(name, sizeof name, "bmoe-lane-%d", lane);
     pthread_setname_np(pthread_self(), name);
     pthread_mutex_lock(&L->mu);
+    L->tids[lane] = (int)gettid();
+    L->started++;
+    pthread_cond_broadcast(&L->done);  /* bmoe_lanes_new waits for every lane's id */
     for (;;) {
         rd *r = NULL;
         if (L->dh) {
@@ -179,6 +181,9 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
         L->nthreads++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_mutex_lock(&L->mu);
+    while (L->started < L->nthreads) pthread_cond_wait(&L->done, &L->mu);
+    pthread_mutex_unlock(&L->mu);
     return L;
 }
 
@@ -187,7 +192,9 @@ void bmoe_lanes_set_pool(lanes_t *L, pool_t *P) { __atomic_store_n(&L->pool, P, 
 
 /* the lanes' thread ids (0: not started yet); returns how many lanes */
 int bmoe_lanes_tids(lanes_t *L, int *out) {
-    for (int i = 0; i < L->nthreads; i++) out[i] = __atomic_load_n(&L->tids[i], __ATOMIC_RELAXED);
+    pthread_mutex_lock(&L->mu);
+    for (int i = 0; i < L->nthreads; i++) out[i] = L->tids[i];
+    pthread_mutex_unlock(&L->mu);
     return L->nthreads;
 }
 

@@ -52,6 +52,7 @@ typedef struct {
     int nreg, capreg;
     pool_t *pool;  /* --recycle-pages: each read attaches a chunk of it first (bmoe_lanes_set_pool), or NULL */
     int *tids;  /* each lane's thread id (its CPU time is read from /proc/self/task/<tid>/stat) */
+    int started;  /* lanes that have set theirs (bmoe_lanes_new waits for all) */
 } lanes_t;
 
 /* a registered tensor: expert e's slice is nb2 bytes at file position pos0 + e * nb2, read to addr0 + e * nb2 */

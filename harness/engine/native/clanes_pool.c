@@ -44,10 +44,11 @@ static int64_t pop_free(pool_t *P, int64_t cls) {
 
 /* kind POOL_MEMFD: chunks of a memfd of `cap` bytes, at most max_attached at once; POOL_MOVE: evicted pages held up
  * to `cap` bytes in at most max_attached ranges. NULL on failure (errno: why) */
-pool_t *bmoe_pool_new(int64_t cap, int64_t granule, int64_t max_attached, int kind) {
+pool_t *bmoe_pool_new(int64_t cap, int64_t granule, int64_t max_attached, int kind, int noreserve) {
     pool_t *P = calloc(1, sizeof *P);
     if (!P) return NULL;
     P->kind = kind;
+    P->anon_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | (noreserve ? MAP_NORESERVE : 0);
     P->fd = P->uffd = -1;
     int64_t size = 1;
     while (size < 2 * (max_attached + 1)) size *= 2;
@@ -139,8 +140,7 @@ int bmoe_pool_attach(pool_t *P, uintptr_t addr, int64_t len) {
                    P->fd, (off_t)got);
     int e = m == MAP_FAILED ? errno : 0;
     if (e)  /* a failed MAP_FIXED may have unmapped the range: anonymous again, as the reservation is */
-        mmap((void *)a, (size_t)(pages * PAGE), PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        mmap((void *)a, (size_t)(pages * PAGE), PROT_READ | PROT_WRITE, P->anon_flags, -1, 0);
     pthread_mutex_lock(&P->mu);
     if (e) {
         int64_t i = find(P, a);
@@ -174,8 +174,7 @@ int bmoe_pool_detach(pool_t *P, uintptr_t a, int64_t n) {
         pthread_mutex_unlock(&P->mu);
         return rc;
     }
-    void *m = mmap((void *)a, (size_t)(s.pages * PAGE), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    void *m = mmap((void *)a, (size_t)(s.pages * PAGE), PROT_READ | PROT_WRITE, P->anon_flags, -1, 0);
     int e = m == MAP_FAILED ? errno : 0;
     pthread_mutex_lock(&P->mu);
     P->attached--;

@@ -32,6 +32,8 @@ struct pool {
     int64_t *lo, *hi;  /* the registered regions, sorted by lo */
     int nreg, capreg;
     int64_t st[8];
+    int anon_flags;  /* how the reservations were mapped (MAP_NORESERVE or not): the same when mapped back, so the
+                        VMAs merge again */
     /* the move kind (clanes_move.c): evicted slices' whole pages, kept as they are until a miss takes them */
     int kind, uffd;  /* kind: POOL_MEMFD or POOL_MOVE */
     int64_t *fa, *fn;  /* free ranges: first page, pages */
