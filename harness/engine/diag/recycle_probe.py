@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import random
 import resource
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     if not Path(a.model).is_file():
         raise SystemExit(f"{a.model}: no such model file")
     for c in a.candidates.split(","):
-        print(probe(a.model, c, a.misses, a.resident, not a.no_odirect, a.python), flush=True)
+        print(json.dumps(probe(a.model, c, a.misses, a.resident, not a.no_odirect, a.python)), flush=True)
 
 
 if __name__ == "__main__":
