@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import TextIO
 
 from harness import __version__
-from harness.engine.cache.budget import CapFit, ExpertSizes, plan_cache
+from harness.engine.cache.budget import CapFit, ExpertSizes, plan_cache, release_slack
 from harness.engine.cache.expert_cache import ExpertCache
 from harness.engine.config import SPECS, EngineConfig, validate_for_model
 from harness.engine.guess.mtp import refusal as mtp_refusal
 from harness.engine.io import sysstats
 from harness.engine.io.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.io.reader import ExpertReader, SliceReader
+from harness.engine.io.release import batch_layers
 from harness.engine.io.tracing import Tracing
 from harness.engine.model.gguf_layout import ModelLayout, load_layout
 from harness.engine.run.engine import Engine, Parts
@@ -82,6 +83,17 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
                                   n_expert=layout.n_expert)
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect, spec_max=cfg.prefetch_lanes or None)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
+    pool = None
+    if cfg.moe_stream and cfg.recycle_pages != "off":  # within the budget and the release slack (_check_cap's)
+        from harness.engine.io.recycle import pool_cap
+
+        assert reader is not None and parts.plan is not None
+        every = batch_layers(bool(cfg.prefetch or cfg.predict_prefetch))
+        try:
+            pool = reader.recycle(cfg.recycle_pages, pool_cap(cfg.recycle_pages, parts.plan.budget_bytes,
+                                                              release_slack(every, k, layout.expert_bytes_per_layer())))
+        except OSError as e:
+            raise UserError(f"--recycle-pages {cfg.recycle_pages}: {e.strerror or e}") from None
     prefetch = None
     if cfg.moe_stream and (cfg.prefetch or cfg.predict_prefetch):
         from harness.engine.cache.prefetch import make_prefetcher
@@ -113,7 +125,7 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
     parts.hook = StreamHook(layout, parts.cache, parts.reader, record_routes=bool(cfg.route_trace),
                             preload=cfg.cache_preload, use_c_filter=use_c_filter, replay=replay, dense=anon,
                             drop=drop, drop_replay=drop_replay, prefetch=prefetch, tracing=tracing,
-                            route_ahead=ahead, evict_thread=cfg.evict_thread)
+                            route_ahead=ahead, evict_thread=cfg.evict_thread, pool=pool)
     if prefetch is not None:
         prefetch.trace = tracing.io if tracing is not None else None
         if prefetch.router is not None:
@@ -139,7 +151,7 @@ def _check_cap(eng: Engine) -> None:
     # evicted pages wait for the releaser thread (harness.engine.io.release): its open batch holds up to `every`
     # layers' evictions, a decode layer's at most k experts (a prompt's bursts can hold more: budget.CapFit)
     rel = hook.releases.releaser if hook is not None else None
-    release = rel.every * eng.k * max(lay.expert_bytes_per_layer(), default=0) if rel is not None else 0
+    release = release_slack(rel.every, eng.k, lay.expert_bytes_per_layer()) if rel is not None else 0
     # a prompt's batch can route to every expert of a layer, all resident while that layer runs
     layer = max(lay.expert_bytes_per_layer(), default=0) * lay.n_expert
     fit = CapFit(limit, dense_anon, plan.budget_bytes, anon - dense_anon,
@@ -208,6 +220,10 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
             raise UserError(f"{'--prefetch' if cfg.prefetch else '--predict-prefetch'} reads ahead into the expert "
                             f"cache, and the cache plan is none "
                             f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
+        if cfg.recycle_pages != "off" and not parts.plan.budget_bytes:
+            raise UserError(f"--recycle-pages gives an evicted expert's pages to the next miss, and the cache plan is "
+                            f"none ({parts.plan.note}); without a cache the pages are reused already (shared slots): "
+                            "drop --recycle-pages or give a --cache-mb")
         if cfg.prefetch >= len(layout.by_layer):
             raise UserError(f"--prefetch {cfg.prefetch}: {cfg.model} has {len(layout.by_layer)} MoE layers; "
                             f"give at most {len(layout.by_layer) - 1}")

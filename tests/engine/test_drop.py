@@ -205,7 +205,8 @@ def test_drop_zero_is_the_run_without_drops_byte_for_byte(model, base, tmp_path)
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("flags", [(), ("--drop-no-renorm", "--drop-in-prefill")], ids=["renorm", "norenorm-prefill"])
+@pytest.mark.parametrize("flags", [(), ("--drop-no-renorm", "--drop-in-prefill"), ("--recycle-pages", "move")],
+                         ids=["renorm", "norenorm-prefill", "renorm-recycled"])
 def test_drop_streamed_equals_resident_replaying_its_decisions(model, base, tmp_path, flags) -> None:
     trace = tmp_path / "d.route.csv"
     poison = {"BMOE_TEST_POISON_UNREAD": "1"}  # a matmul on an unread slice would give NaN
@@ -216,6 +217,8 @@ def test_drop_streamed_equals_resident_replaying_its_decisions(model, base, tmp_
     tr = read_route_trace(trace)
     dropped = [r for r in tr.rows if r.dropped]
     assert dropped and all(r.residency == 0 for r in dropped)
+    if "--recycle-pages" in flags:  # a dropped slice is never read, so never given pool pages: still poisoned
+        assert st.summary["pool_recycled"] > 0, st.summary
     renorm = () if "--drop-no-renorm" not in flags else ("--drop-no-renorm",)
     res = _run(model, tmp_path, "--drop-replay", str(trace), *renorm)
     assert res.stdout == st.stdout and res.tokens == st.tokens

@@ -199,3 +199,56 @@ def test_route_replay_drives_routing_identically_in_both_modes(models, tmp_path)
         return [(r.step, r.layer, r.expert) for r in read_route_trace(p).rows if r.phase == DECODE]
 
     assert decode_ids(out) == decode_ids(src)
+
+
+# --recycle-pages (harness.engine.io.recycle): evicted slices' pages go to the next miss. The matrix: both kinds,
+# evictions on O_DIRECT and buffered reads, one to eight lanes, decisions on the compute thread, three shards, Q8_0
+# and F32 experts; each on the compiled and the Python lanes
+RECYCLED = {
+    "move-odirect": ("q4_k", "move", "--cache-mb", "1"),
+    "memfd-odirect": ("q4_k", "memfd", "--cache-mb", "1"),
+    "move-buffered-3-lanes": ("q4_k", "move", "--cache-mb", "1", "--no-odirect", "--io-threads", "3"),
+    "memfd-buffered-3-lanes": ("q4_k", "memfd", "--cache-mb", "1", "--no-odirect", "--io-threads", "3"),
+    "move-1-lane": ("q4_k", "move", "--cache-mb", "1", "--io-threads", "1"),
+    "memfd-8-lanes-no-evict-thread": ("q4_k", "memfd", "--cache-mb", "2", "--io-threads", "8", "--no-evict-thread"),
+    "move-3-shards": ("split3", "move", "--cache-mb", "1"),
+    "memfd-q8_0-lfu": ("q8_0", "memfd", "--cache-mb", "2", "--cache-policy", "lfu"),
+    "move-f32-buffered": ("f32", "move", "--cache-mb", "8", "--no-odirect"),
+}
+
+
+@pytest.mark.parametrize("lanes", ["c", "python"])
+@pytest.mark.parametrize("case", list(RECYCLED))
+def test_recycled_pages_match_resident(models, resident, tmp_path, case, lanes):
+    name, kind, *flags = RECYCLED[case]
+    r = _stream(models, tmp_path, name, *flags, "--recycle-pages", kind,
+                env={"BMOE_PURE_PYTHON_LANES": "1" if lanes == "python" else "0"})
+    assert r.preamble["io_lanes"] == lanes and r.preamble["cfg.recycle_pages"] == kind
+    assert r.tokens == resident(name)
+    s = r.summary
+    assert s["evictions"] > 0 and s["pool_recycled"] > 0 and s["pool_errors"] == 0, s
+    # memfd: every recycled slice's pages, at most the budget and one release batch (4 layers of k experts: on these
+    # 4-layer models one token cycle T); move: the evicted pages held, at most the release batch
+    assert 0 <= s["pool_mib"] <= (s["cache_budget_mib"] if kind == "memfd" else 0) + s["token_cycle_mib"] + 1e-3, s
+    assert (s["rss_shmem_mib"] > 0) == (kind == "memfd") and 0 < s["vmas"] < s["max_map_count"]
+    # what the flag changes, measured per generation (harness.engine.run.thread_clock): /proc ticks, 10 ms steps
+    assert min(s["lanes_sys_ms"], s["lanes_user_ms"], s["main_cpu_ms"], s["releaser_cpu_ms"]) >= 0
+
+
+@pytest.mark.parametrize("kind, lanes", [("move", "0"), ("memfd", "0"), ("move", "1")])
+def test_one_wrong_expert_still_diverges_with_recycled_pages(models, resident, tmp_path, kind, lanes):
+    """Buffered, so the wrong expert's bytes go through the lanes and land in recycled pages like every other read."""
+    flags = ("--cache-mb", "1", "--recycle-pages", kind, "--no-odirect")
+    env = {"BMOE_PURE_PYTHON_LANES": lanes}
+    trace = tmp_path / "t.route.csv"
+    _stream(models, tmp_path, "q4_k", *flags, "--route-trace", str(trace), env=env)
+    expert = next(r.expert for r in read_route_trace(trace).rows if r.phase == DECODE and r.layer == 1)
+    wrong = {"BMOE_TEST_WRONG_EXPERT": f"1,{expert},{(expert + 1) % 8}"}
+    bad = _stream(models, tmp_path, "q4_k", *flags, env={**env, **wrong})
+    assert bad.summary["pool_recycled"] > 0
+    assert bad.tokens != resident("q4_k"), "one wrong expert did not diverge with recycled pages"
+
+
+def test_recycled_pages_need_a_cache(models, tmp_path):
+    r = bmoe(models["q4_k"], "--moe-stream", "--cache-mb", "0", "--recycle-pages", "move", n=2, tmp=tmp_path)
+    assert r.rc == 2 and "--recycle-pages" in r.stderr and len(r.stderr.strip().splitlines()) == 1

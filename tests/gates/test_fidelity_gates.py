@@ -29,8 +29,8 @@ POLICY_LIST = sorted(p for p in POLICIES if not is_offline(p) and p != ONLINE_DE
 
 def _knobs(name: str, cache_mb: int) -> dict[str, tuple[str, ...]]:
     """The lossless knob sets of one architecture; the cache policy (other than the default, which the first set
-    runs) turns with the architecture, so every policy is gated on some. The evicting set also carries a lossy knob
-    at its neutral value (--drop-cold-experts 0 skips none)."""
+    runs) turns with the architecture, so every policy is gated on some, as does the --recycle-pages kind. The
+    evicting set also carries a lossy knob at its neutral value (--drop-cold-experts 0 skips none)."""
     policy = POLICY_LIST[NAMES.index(name) % len(POLICY_LIST)]
     return {
         "stream-cache-off-odirect": ("--moe-stream", "--cache-mb", "0"),
@@ -40,6 +40,8 @@ def _knobs(name: str, cache_mb: int) -> dict[str, tuple[str, ...]]:
                                              "0", "--drop-in-prefill"),
         "stream-all-cached-prefetch-8-lanes": ("--moe-stream", "--cache-mb", "200", "--io-threads", "8",
                                                "--prefetch", "1", "--predict-prefetch", "--dense-weights", "warm"),
+        "stream-evicting-recycled-3-lanes": ("--moe-stream", "--cache-mb", str(cache_mb), "--io-threads", "3",
+                                             "--recycle-pages", ("move", "memfd")[NAMES.index(name) % 2]),
     }
 
 
@@ -73,7 +75,7 @@ def _exactly_same(r) -> None:
 
 
 @pytest.mark.parametrize("knobs", ["stream-cache-off-odirect", "stream-evicting-2-lanes-buffered",
-                                   "stream-all-cached-prefetch-8-lanes"])
+                                   "stream-all-cached-prefetch-8-lanes", "stream-evicting-recycled-3-lanes"])
 @pytest.mark.parametrize("name", NAMES)
 def test_lossless_knobs_give_kld_exactly_zero(refs, tmp_path, name, knobs):
     model, ref = refs(name)

@@ -47,6 +47,8 @@ def _stream(model, tmp_path, *flags, env=None):
     ("--predict-prefetch",),
     ("--predict-prefetch", "--predict-spec-max", "1", "--no-odirect"),
     ("--predict-prefetch", "--prefetch", "2", "--io-threads", "2"),
+    ("--prefetch", "2", "--recycle-pages", "move"),  # evicted pages to the next read, demand or speculative
+    ("--predict-prefetch", "--recycle-pages", "memfd", "--no-odirect", "--io-threads", "3"),
 ])
 def test_prefetch_streamed_matches_resident(model, resident, tmp_path, flags):
     r = _stream(model, tmp_path, "--cache-mb", SMALL, *flags)
@@ -55,6 +57,8 @@ def test_prefetch_streamed_matches_resident(model, resident, tmp_path, flags):
     assert r.preamble["odirect_effective"] == ("0" if "--no-odirect" in flags else "1")
     if "--predict-prefetch" in flags:
         assert 0 < r.summary["predict_agree"] < 1  # the next layer's router on this layer's input: a guess
+    if "--recycle-pages" in flags:
+        assert r.summary["pool_recycled"] > 0 and r.summary["pool_errors"] == 0, r.summary
 
 
 def test_prefetch_counts_add_up(model, tmp_path):
@@ -84,7 +88,8 @@ def test_prefetch_needs_a_cache(model, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("mode", [("--prefetch", "2"), ("--predict-prefetch",)])
+@pytest.mark.parametrize("mode", [("--prefetch", "2"), ("--predict-prefetch",),
+                                  ("--prefetch", "2", "--recycle-pages", "move")])
 def test_one_wrong_expert_still_diverges_with_prefetch_on(model, resident, tmp_path, mode):
     """Every read of one expert (demand or speculative) gets another expert's bytes: the gate must see it.
     Buffered reads: with O_DIRECT a neighbour's page-aligned read, which prefetch may run while the layer

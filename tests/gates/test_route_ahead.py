@@ -54,11 +54,13 @@ def resident(models, tmp_path_factory):
 
 # cache off (shared slots: reads at the layer's own routing node); a 1 MiB cache (evictions; reads at commit time)
 # on 2 lanes with O_DIRECT; the same with buffered reads
-STREAMED = [("--cache-mb", "0"), ("--cache-mb", "1", "--io-threads", "2"), ("--cache-mb", "1", "--no-odirect")]
+STREAMED = [("--cache-mb", "0"), ("--cache-mb", "1", "--io-threads", "2"), ("--cache-mb", "1", "--no-odirect"),
+            ("--cache-mb", "1", "--recycle-pages", "move")]  # and evicted pages recycled (held ones released late)
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("flags", STREAMED, ids=["cache-off", "evictions-2-lanes", "evictions-buffered"])
+@pytest.mark.parametrize("flags", STREAMED, ids=["cache-off", "evictions-2-lanes", "evictions-buffered",
+                                                  "evictions-recycled"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_streamed_matches_resident_at_the_same_n(models, resident, tmp_path, arch, flags):
     n = "2"
@@ -72,6 +74,8 @@ def test_streamed_matches_resident_at_the_same_n(models, resident, tmp_path, arc
     if cached:
         assert r.summary["evictions"] > 0
         assert r.preamble["odirect_effective"] == ("0" if "--no-odirect" in flags else "1")
+    if "--recycle-pages" in flags:
+        assert r.summary["pool_recycled"] > 0 and r.summary["pool_errors"] == 0, r.summary
 
 
 @pytest.mark.engine

@@ -103,6 +103,13 @@ def _auto(cfg: BudgetAsk, sizes: ExpertSizes, cycle: int, mem: MemReading) -> Ca
     return CachePlan(budget, "auto", cycle, note)
 
 
+def release_slack(every: int, k: int, expert_bytes: Sequence[int]) -> int:
+    """The evicted pages the page releaser may hold before giving them back (harness.engine.io.release): its open
+    batch of `every` layers' evictions, a decode layer's at most k experts of the largest layer (a prompt's bursts can
+    hold more: CapFit). CapFit counts it beside the budget, and --recycle-pages' pool holds at most the two."""
+    return every * k * max(expert_bytes, default=0)
+
+
 @dataclass(frozen=True)
 class CapFit:
     """Whether a fixed cache fits under the memory cgroup's limit (`problem`), from what is known at load.

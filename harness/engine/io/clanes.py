@@ -25,6 +25,7 @@ from harness.engine import native
 
 VERSION = 3  # the oldest library used: 3, bmoe_lanes_submit_groups
 LAYER_VERSION = 4  # 4: bmoe_lanes_register, bmoe_lanes_submit_layer (an older library: CLanes.layer is False)
+POOL_VERSION = 5  # 5: the page pool of --recycle-pages (clanes_pool.c), bmoe_lanes_set_pool, bmoe_lanes_tids
 _i64, _vp, _int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 ERR_SHORT = -1
 _INT = ctypes.sizeof(_int)
@@ -57,6 +58,13 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         lib.bmoe_lanes_submit_layer.restype = _int
         lib.bmoe_lanes_submit_layer.argtypes = [_vp, _int, _vp, _int, _vp, _vp, _int]
         lib.bmoe_lanes_wake.argtypes = [_vp]
+    if lib.bmoe_lanes_version() >= POOL_VERSION:
+        from harness.engine.io.recycle import declare
+
+        declare(lib)
+        lib.bmoe_lanes_set_pool.argtypes = [_vp, _vp]
+        lib.bmoe_lanes_tids.restype = _int
+        lib.bmoe_lanes_tids.argtypes = [_vp, _vp]
     return lib
 
 
@@ -282,6 +290,23 @@ class CLanes:
         out = (_int * 3)()
         self.lib.bmoe_lanes_holding(self.handle, out)
         return out[0], out[1], out[2]
+
+    @property
+    def pooled(self) -> bool:
+        """The library has the page pool of --recycle-pages (clanes_pool.c)."""
+        return self.lib.bmoe_lanes_version() >= POOL_VERSION
+
+    def set_pool(self, handle: int) -> None:
+        """Each read into a region of the pool `handle` (harness.engine.io.recycle.CPagePool) attaches a chunk first."""
+        self.lib.bmoe_lanes_set_pool(self.handle, handle)
+
+    def tids(self) -> list[int]:
+        """The lanes' thread ids (0: a lane not started yet); [] from a library without them."""
+        if not self.pooled:
+            return []
+        out = (_int * 64)()
+        n = self.lib.bmoe_lanes_tids(self.handle, out)
+        return list(out[:n])
 
     def direct(self, file: int) -> bool:
         return bool(self.q.bmoe_lanes_direct(self.handle, file))

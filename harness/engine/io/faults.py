@@ -156,7 +156,10 @@ class FaultyReader:
         we = self.faults.wrong_expert
         if we is None or (we[0], we[1]) != (et.layer, e):
             return read(path, file_pos, length, addr, tag)
-        # buffered and synchronous: an O_DIRECT read of another slice would land at another page offset
+        if not self.inner.odirect:  # buffered reads: on the lanes as any read (with --recycle-pages into pool pages)
+            return read(path, et.abs_offset + we[2] * et.nb2, length, addr, tag)
+        # O_DIRECT: here, buffered and synchronous (an O_DIRECT read of another slice would land at another page
+        # offset)
         with open(path, "rb") as f:
             f.seek(et.abs_offset + we[2] * et.nb2)
             data = f.read(length)
@@ -167,6 +170,9 @@ class FaultyReader:
 
     def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None:
         self.inner.release_mapped(path, file_pos, length, mapped_addr)
+
+    def lane_tids(self) -> list[int]:
+        return self.inner.lane_tids()
 
     def close(self) -> None:
         self.inner.close()

@@ -26,6 +26,7 @@ from typing import Protocol
 from harness.engine.io import clanes
 from harness.engine.io.lanes import PriorityLanes
 from harness.engine.io.read_group import Gather, chunks
+from harness.engine.io.recycle import PagePool, make_pool
 from harness.engine.io.vm import PAGE
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -84,6 +85,10 @@ class ExpertReader(Protocol):
 
     def release_mapped(self, path: Path, file_pos: int, length: int, mapped_addr: int) -> None: ...
 
+    def lane_tids(self) -> list[int]:
+        """The read lanes' thread ids."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -129,6 +134,8 @@ class SliceReader:
         self.sizes = {p: os.fstat(fd).st_size for p, fd in self.fd_buf.items()}
         self.recorder: ReadRecorder | None = None  # --io-trace: told each tagged read's times on its lane
         self._reg: list[tuple[Path, int, int, int]] = []  # registered tensors (register): path, pos0, nb2, addr0
+        self.page_pool: PagePool | None = None  # --recycle-pages (recycle): the page pool the reads attach chunks of
+        self._py_pool: PagePool | None = None  # the same, when the Python lanes read (their _read attaches)
         lib = clanes.load()
         self.lanes_impl = "c" if lib is not None else "python"
         self._c: clanes.CLanes | None = None
@@ -176,8 +183,34 @@ class SliceReader:
     def odirect(self) -> bool:
         return bool(self.fd_direct)
 
+    def recycle(self, kind: str, cap: int) -> PagePool:
+        """--recycle-pages KIND: a page pool of at most `cap` bytes (harness.engine.io.recycle) that the lanes take a
+        slice's pages from before each read into a registered region; the hook registers the expert tensors'
+        reservations with it and their release gives the pages back."""
+        if self._c is not None:
+            if not self._c.pooled:
+                raise OSError("the compiled read lanes predate the page pool; rebuild them "
+                              "(python setup.py build_ext --inplace) or set BMOE_PURE_PYTHON_LANES=1")
+            pool = make_pool(kind, cap, self._c.lib)
+            self._c.set_pool(pool.handle)  # type: ignore[attr-defined]
+        else:
+            pool = self._py_pool = make_pool(kind, cap, None)
+        self.page_pool = pool
+        return pool
+
+    def lane_tids(self) -> list[int]:
+        """The read lanes' thread ids (their CPU time: sysstats.thread_cpu)."""
+        if self._c is not None:
+            return [t for t in self._c.tids() if t]
+        return [t.native_id for t in self.pool._threads if t.native_id is not None]
+
     def _read(self, path: Path, file_pos: int, length: int, addr: int) -> tuple[int, int]:
         t0 = time.perf_counter_ns()
+        if self._py_pool is not None:  # --recycle-pages: the slice's whole pages become a pool chunk first
+            try:
+                self._py_pool.attach(addr, length)  # type: ignore[attr-defined]
+            except OSError as e:
+                raise read_error(e, path, file_pos, length) from None
         fd = self.fd_direct.get(path)
         if fd is not None:
             a = file_pos // PAGE * PAGE
@@ -307,6 +340,8 @@ class SliceReader:
             self.fd_direct = dict(enumerate(self._all_direct))  # type: ignore[arg-type]  # closed below
         else:
             self.pool.close()
+        if self.page_pool is not None:  # after the lanes: none reads into it any more
+            self.page_pool.close()
         for fd in list(self.fd_buf.values()) + list(self.fd_direct.values()):
             os.close(fd)
         self.fd_buf.clear()

@@ -12,6 +12,12 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+from typing import TYPE_CHECKING
+
+from harness.engine.io.recycle import NORESERVE
+
+if TYPE_CHECKING:
+    from harness.engine.io.recycle import PagePool
 
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -19,14 +25,23 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Reservation:
-    def __init__(self, size: int, file_offset: int):
+    pool: PagePool | None = None  # --recycle-pages (harness.engine.io.recycle): where its slices' pages come from
+
+    def __init__(self, size: int, file_offset: int, pool: PagePool | None = None):
         self.size = size
         self.total = size + 3 * PAGE
-        flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
+        flags = mmap.MAP_PRIVATE | NORESERVE
         self.mm = mmap.mmap(-1, self.total, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
         self.data = self.base + PAGE + (file_offset % PAGE)
         self.file_offset = file_offset
+        if pool is not None:
+            # one page of the padding written now gives the whole reservation one anon_vma before any chunk splits
+            # it, so the pieces left after a chunk is mapped back merge again (the kernel merges only pieces that
+            # share it: without this, 2 VMAs where there was 1 after a chunk's round trip, on this kernel)
+            ctypes.memset(self.base, 0, 1)
+            pool.region(self.base, self.base + self.total)
+            self.pool = pool
 
     def addr_of(self, file_pos: int) -> int:
         """Address that holds the byte at absolute file position `file_pos`."""
@@ -40,11 +55,15 @@ class Reservation:
         return (a_pg, b_pg - a_pg) if b_pg > a_pg else None
 
     def release(self, file_start: int, file_end: int) -> int:
-        """Release the pages wholly inside [file_start, file_end) (`pages`). Returns bytes released."""
+        """Release the pages wholly inside [file_start, file_end) (`pages`); with a page pool, give them back to it.
+        Returns bytes released."""
         pg = self.pages(file_start, file_end)
         if pg is None:
             return 0
         a_pg, n = pg
+        if self.pool is not None:  # an attached chunk goes back to the pool (else MADV_DONTNEED there)
+            self.pool.detach(a_pg, n)
+            return n
         b_pg = a_pg + n
         # through ctypes, which lets go of the GIL while the kernel frees the pages (mmap.madvise holds it: a release
         # on the releaser thread then stalled the compute thread's next callback; a 3 s side test here saw 62-81

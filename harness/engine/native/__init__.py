@@ -4,6 +4,7 @@
 |---|---|---|---|
 | cfilter.c | _cfilter (ctypes) | stream/front.py | the pure-Python eval callback |
 | clanes.c, clanes_groups.c | _clanes (ctypes) | io/clanes.py | io/lanes.py (Python threads) |
+| clanes_pool.c, clanes_move.c | in _clanes | io/recycle.py | io/recycle.py, io/recycle_move.py (Python lanes) |
 | lazymap.c | _lazymap (LD_PRELOAD) | io/lazymap.py | llama.cpp's populating load |
 | policyc*.c | _policyc (extension) | cache/policies/native.py | the policies' numpy code |
 

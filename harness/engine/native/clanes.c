@@ -15,7 +15,9 @@
  */
 #include "clanes.h"
 
-int bmoe_lanes_version(void) { return 4; }  /* 3: submit_groups; 4: register, submit_layer */
+#include <stdio.h>
+
+int bmoe_lanes_version(void) { return 5; }  /* 3: submit_groups; 4: register, submit_layer; 5: pool, tids */
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -57,6 +59,14 @@ static void do_read(lanes_t *L, rd *r) {
         hold(L, r);
         goto out;
     }
+    pool_t *pool = __atomic_load_n(&L->pool, __ATOMIC_ACQUIRE);
+    if (pool) {  /* --recycle-pages: the slice's whole pages become a recycled chunk of the pool before the read */
+        int rc = bmoe_pool_attach(pool, (uintptr_t)r->addr, r->len);
+        if (rc < 0) {
+            r->err = -rc; r->errpos = r->pos; r->errlen = r->len; r->got = 0;
+            goto out;
+        }
+    }
     file_t *f = &L->files[r->file];
     int fdd = __atomic_load_n(&f->fd_direct, __ATOMIC_RELAXED);
     if (fdd >= 0) {
@@ -85,7 +95,13 @@ static void *lane_main(void *p) {
     lanes_t *L = a->L;
     int lane = a->lane;
     free(a);
+    char name[16];
+    snprintf(name, sizeof name, "bmoe-lane-%d", lane);
+    pthread_setname_np(pthread_self(), name);
     pthread_mutex_lock(&L->mu);
+    L->tids[lane] = (int)gettid();
+    L->started++;
+    pthread_cond_broadcast(&L->done);  /* bmoe_lanes_new waits for every lane's id */
     for (;;) {
         rd *r = NULL;
         if (L->dh) {
@@ -142,6 +158,7 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
     L->nfiles = nfiles;
     L->files = calloc((size_t)(nfiles > 0 ? nfiles : 1), sizeof *L->files);
     L->th = calloc((size_t)lanes, sizeof *L->th);
+    L->tids = calloc((size_t)lanes, sizeof *L->tids);
     for (int i = 0; i < nfiles; i++) {
         L->files[i].fd_buf = fd_buf[i];
         L->files[i].fd_direct = fd_direct[i];
@@ -164,7 +181,21 @@ lanes_t *bmoe_lanes_new(int lanes, int spec_max, int nfiles, const int *fd_buf, 
         L->nthreads++;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_mutex_lock(&L->mu);
+    while (L->started < L->nthreads) pthread_cond_wait(&L->done, &L->mu);
+    pthread_mutex_unlock(&L->mu);
     return L;
+}
+
+/* --recycle-pages: reads into the pool's regions attach a chunk first (set before any such read) */
+void bmoe_lanes_set_pool(lanes_t *L, pool_t *P) { __atomic_store_n(&L->pool, P, __ATOMIC_RELEASE); }
+
+/* the lanes' thread ids (0: not started yet); returns how many lanes */
+int bmoe_lanes_tids(lanes_t *L, int *out) {
+    pthread_mutex_lock(&L->mu);
+    for (int i = 0; i < L->nthreads; i++) out[i] = L->tids[i];
+    pthread_mutex_unlock(&L->mu);
+    return L->nthreads;
 }
 
 int bmoe_lanes_direct(lanes_t *L, int file) { return __atomic_load_n(&L->files[file].fd_direct, __ATOMIC_RELAXED) >= 0; }

@@ -18,6 +18,7 @@ enum { Q_DEMAND = 1, Q_SPEC = 2, RUNNING = 3, DONE = 4, CANCELLED = 5 };
 #define ERR_SHORT (-1)
 
 typedef struct grp grp;
+typedef struct pool pool_t;  /* clanes_pool.c: the recycled pages of --recycle-pages */
 typedef struct rd {
     struct rd *prev, *next;
     grp *g;
@@ -49,6 +50,9 @@ typedef struct {
     pthread_mutex_t reg_mu;  /* the registered tensors (bmoe_lanes_register), read by bmoe_lanes_submit_layer */
     struct tensor_t *reg;
     int nreg, capreg;
+    pool_t *pool;  /* --recycle-pages: each read attaches a chunk of it first (bmoe_lanes_set_pool), or NULL */
+    int *tids;  /* each lane's thread id (its CPU time is read from /proc/self/task/<tid>/stat) */
+    int started;  /* lanes that have set theirs (bmoe_lanes_new waits for all) */
 } lanes_t;
 
 /* a registered tensor: expert e's slice is nb2 bytes at file position pos0 + e * nb2, read to addr0 + e * nb2 */
@@ -73,5 +77,8 @@ static inline void push_rd(rd **h, rd **t, rd *r) {
 
 /* clanes_groups.c: one read without arrays (the hold jobs of the tests go through it) */
 grp *bmoe_lanes_submit1(lanes_t *L, int file, int64_t pos, int64_t len, uintptr_t addr, int spec);
+
+/* clanes_pool.c */
+int bmoe_pool_attach(pool_t *P, uintptr_t addr, int64_t len);
 
 #endif

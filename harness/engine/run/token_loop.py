@@ -27,6 +27,7 @@ from harness.engine.guess.ngram import ngram_guess, split_int
 from harness.engine.io import sysstats
 from harness.engine.run.parts import Parts
 from harness.engine.run.session import Sampler, Sampling, Session
+from harness.engine.run.thread_clock import ThreadClock
 from harness.engine.stream.hook import TokenCounters
 from harness.formats.metrics_csv import UNMEASURED, Summary, TokenRow
 
@@ -81,6 +82,7 @@ class TokenLoop:
         self.guessing = cfg.ngram or cfg.mtp
         self.draft, self.ngram_size = cfg.draft, cfg.ngram_size
         self.finish = "length"
+        self.clock: ThreadClock | None = None
         self.tokens: list[int] = []
         self.summary = s = Summary()
         s.load_s = sess.load_s
@@ -131,6 +133,8 @@ class TokenLoop:
         if hook:
             s.extra["prefill_read_mib"] = _mib(hook.take_counters().read_bytes)
             hook.phase = 1
+            if self.parts.reader is not None:  # the decode's CPU on the lanes, the releaser, this thread
+                self.clock = ThreadClock(hook, self.parts.reader)
         if self.guessing:
             s.draft_groups = s.draft_proposed = s.draft_accepted = 0
         if sess.mtp is not None:  # the MTP head's share: time drafting and bytes read meanwhile
@@ -297,6 +301,8 @@ class TokenLoop:
             agree = p.hook.route_ahead.agreement
             s.extra["route_agree"] = -1 if agree is None else round(agree, 6)
             s.extra["route_ahead_early_reads"] = int(p.hook.early_reads)
+        if self.clock is not None:
+            s.extra.update(self.clock.summary(s.read_bytes))
         s.extra["peak_rss_mib"] = round(sysstats.proc_status()["VmHWM"], 1)
         if self.reused is not None:
             s.extra.update(turn=self.turn, n_past=len(self.history), finish=self.finish)

@@ -62,7 +62,7 @@ class BindStage:
                 f"GGUF ({et.shape}, {et.nb2}, {et.ggml_type}); was the model loaded with weight repacking?")
         bs = self.binds
         res = self._slot(et.kind).view(et.nbytes, et.abs_offset) if bs.shared else \
-            Reservation(et.nbytes, et.abs_offset)
+            Reservation(et.nbytes, et.abs_offset, bs.pool)
         old = int(tt.data or 0)
         _c_vp.from_address(src + OFF_DATA).value = res.data
         if old and self.reader is not None:

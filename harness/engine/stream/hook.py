@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from harness.engine.cache.evictor import Evictor
 from harness.engine.cache.expert_cache import ExpertCache
 from harness.engine.io.reader import ExpertReader
-from harness.engine.io.release import PageReleaser
+from harness.engine.io.release import PageReleaser, batch_layers
 from harness.engine.model.ggml import (
     GGML_OP_GET_ROWS,
     GGML_OP_MUL_MAT_ID,
@@ -62,6 +62,7 @@ from harness.engine.stream.weights import WeightsStage, is_final_weights
 if TYPE_CHECKING:
     from harness.engine.cache.prefetch import Prefetcher
     from harness.engine.io.dense import AnonDense
+    from harness.engine.io.recycle import PagePool
     from harness.engine.io.tracing import Tracing
     from harness.engine.routing.cold_drop import DropReplay, DropRule
     from harness.engine.routing.route_ahead import RouteAhead
@@ -81,7 +82,7 @@ class StreamHook(RouteStage, TapStage):
                  replay: RouteReplay | None = None, dense: AnonDense | None = None,
                  drop: DropRule | None = None, drop_replay: DropReplay | None = None,
                  prefetch: Prefetcher | None = None, tracing: Tracing | None = None,
-                 route_ahead: RouteAhead | None = None, evict_thread: bool = False):
+                 route_ahead: RouteAhead | None = None, evict_thread: bool = False, pool: PagePool | None = None):
         # what every stage shares, and what the rest of the engine reads
         self.layout = layout
         self.tracing = tracing  # --io-trace / --compute-trace (harness.engine.io.tracing); None: no cost
@@ -104,10 +105,10 @@ class StreamHook(RouteStage, TapStage):
         # no cache: every layer's tensors of a kind share one buffer whose pages are reused every token
         shared = cache is not None and not cache.enabled and reader is not None and not preload
         self.binds = BindState(shared, layout.row.expert_tensors[-1])  # the row lists them in graph order: down last
-        # evicted slices' pages, released off the compute thread; with read-ahead one layer at a time: a prefetch
-        # of a key still in an open batch must wait for it (by hand, 30B shape, --prefetch 1 --predict-prefetch,
-        # 2 runs each: mgmt 78-83 ms/token batching 4 layers, 58-60 one by one; lru without read-ahead 22-25 both)
-        self.releases = ReleaseState(PageReleaser(release_all, every=1 if prefetch is not None else 4))
+        # evicted slices' pages, released off the compute thread (to the page pool with --recycle-pages), in batches
+        # of a few layers (release.batch_layers)
+        self.releases = ReleaseState(PageReleaser(release_all, every=batch_layers(prefetch is not None)))
+        self.binds.pool = pool
         # decode evictions on a helper thread (harness.engine.cache.evictor), where nothing else reads the cache
         # between a batch's first expert matmul and the next layer's lookups: not with read-ahead (it admits right
         # after the evictions), route-ahead (held batches) or router weights (drops read the residency)

@@ -20,6 +20,7 @@ from harness.engine.stream.common import Bound, RouteEvent
 if TYPE_CHECKING:
     from harness.engine.cache.evictor import Evictor
     from harness.engine.io.dense import AnonDense
+    from harness.engine.io.recycle import PagePool
     from harness.engine.routing.route_replay import RouteReplay
 
 Key = tuple[int, int]  # (layer, expert)
@@ -38,6 +39,7 @@ class BindState:
     inflight: dict[int, list[Future]] = field(default_factory=dict)  # tensor address -> its demand reads
     spec_wait: dict[int, list[Future]] = field(default_factory=dict)  # tensor address -> prefetch reads it needs
     slots: dict[str, SharedSlot] = field(default_factory=dict)  # kind -> its shared buffer (shared)
+    pool: PagePool | None = None  # --recycle-pages: the reservations' pages come from and go back to it
 
 
 @dataclass(slots=True, eq=False)
