@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "quality",
     "timeline",
     "check",
+    "mincap",
 ]
 
 app = typer.Typer(
