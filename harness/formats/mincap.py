@@ -5,7 +5,8 @@ Every line has `record` and `v`:
 - `probe`: one capped run: `label`, `cap_mib`, `repeat`, `runs` (the criterion's verdict, harness.memcap.search),
   `reason` (why not; null when it ran), `exit_code`, `oom_kills`, `timed_out`, `wall_s`, `tokens`, `tok_s` (decode,
   warm-up tokens left out), `peak_mib` (the cgroup's own peak: memory.max_usage_in_bytes / memory.peak, page cache
-  and kernel memory included) and, at the sample of highest usage (every `interval_s`), the charge split `anon_mib`,
+  and kernel memory included) and, at the sample where anonymous + kernel memory was highest (sampled every
+  `interval_s`), the charge split `anon_mib`,
   `file_mib`, `kernel_mib`.
 - `search`: one search's answer: `label`, `argv`, `resolution_mib`, `slowdown`, `repeats`, `warmup`, `roomy_cap_mib`,
   `roomy_tok_s`, `roomy_peak_mib`, `min_cap_mib` (null when the bracket did not hold the edge), `fails_at_mib`,

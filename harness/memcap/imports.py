@@ -19,12 +19,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.formats.partial_import import submodule_alone
 from harness.memcap.smaps import parse_kv_kb
 
 DEFAULT = ("numpy", "llama_cpp", "gguf", "jinja2", "pydantic", "pandas", "rich", "typer", "yaml")
-# what harness.engine.cli.run imports for a plain streamed run (the session's llama_cpp.llama_cpp included)
+# what harness.engine.cli.run imports for a plain streamed run (the session's llama_cpp.llama_cpp included, imported as
+# the session does: `alone:` = harness.formats.partial_import.submodule_alone, without the package's __init__)
 ENGINE = ("harness.engine.cli", "harness.engine.serve.subcommands", "harness.engine.compose",
-          "harness.engine.io.lazymap", "harness.engine.io.faults", "llama_cpp.llama_cpp")
+          "harness.engine.io.lazymap", "harness.engine.io.faults", "alone:llama_cpp.llama_cpp")
 MIB = 1 << 20
 
 
@@ -48,7 +50,10 @@ def measure(modules: list[str]) -> list[dict]:
     rows = [{"step": "interpreter", "rss_mib": round(prev["Rss"] / MIB, 2),
              "anon_mib": round(prev["Anonymous"] / MIB, 2), "modules": n_prev}]
     for m in modules:
-        importlib.import_module(m)
+        if m.startswith("alone:"):
+            submodule_alone(m.removeprefix("alone:"))
+        else:
+            importlib.import_module(m)
         now = _rollup()
         rows.append({"step": m, "rss_mib": round((now["Rss"] - prev["Rss"]) / MIB, 2),
                      "anon_mib": round((now["Anonymous"] - prev["Anonymous"]) / MIB, 2),

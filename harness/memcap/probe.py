@@ -87,7 +87,7 @@ class _Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.cg, self.pid, self.interval, self.maps = cg, pid, interval, maps
         self.stop = threading.Event()
-        self.best_usage = -1
+        self.best_held = -1
         self.charge: dict = {}
         self.best_anon = -1
         self.kinds: dict = {}
@@ -102,11 +102,14 @@ class _Sampler(threading.Thread):
     def sample(self) -> None:
         v1 = self.cg.base.version == 1
         usage = self._read("memory.usage_in_bytes" if v1 else "memory.current").strip()
-        if usage.isdigit() and int(usage) > self.best_usage:
-            self.best_usage = int(usage)
-            kmem = self._read("memory.kmem.usage_in_bytes").strip() if v1 else ""
-            self.charge = cgroup_charge(self.cg.base.version, parse_memory_stat(self._read("memory.stat")),
-                                        int(usage), int(kmem) if kmem.isdigit() else None)
+        kmem = self._read("memory.kmem.usage_in_bytes").strip() if v1 else ""
+        charge = cgroup_charge(self.cg.base.version, parse_memory_stat(self._read("memory.stat")),
+                               int(usage) if usage.isdigit() else None, int(kmem) if kmem.isdigit() else None)
+        # the sample where the most memory could not be reclaimed (anonymous + kernel): at a tight cap the usage sits
+        # at the cap from the load on (page cache), which says nothing about what the run needs
+        held = (charge["anon"] or 0) + (charge["kernel"] or 0)
+        if held >= self.best_held:
+            self.best_held, self.charge = held, charge
         if not self.maps:
             return
         try:

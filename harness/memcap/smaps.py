@@ -99,17 +99,17 @@ def kinds(vmas: list[Vma]) -> list[str]:
             k = {"[heap]": "[heap] (malloc main arena)", "[stack]": "thread stacks"}.get(v.path, "kernel-provided")
         elif not v.anon:
             k = _file_kind(v.path)
+        elif _arena(v, nxt):  # before `nr`: glibc maps its arenas MAP_NORESERVE too
+            k = "malloc thread arenas"
+        elif v.perms.startswith("---") and prev is not None and prev.anon and prev.end == v.start \
+                and prev.start % ARENA == 0 and v.end - prev.start == ARENA:
+            k = "malloc thread arenas"  # the PROT_NONE rest of an arena's 64 MiB
         elif "nr" in v.flags:
             k = "anonymous MAP_NORESERVE"
-        elif _arena(v, nxt):
-            k = "malloc thread arenas"
         elif (v.perms.startswith("---") and nxt is not None and nxt.anon and nxt.start == v.end
               and v.size <= 64 << 10) or (prev is not None and prev.anon and prev.end == v.start
                                           and prev.perms.startswith("---") and prev.size <= 64 << 10):
             k = "thread stacks"  # the guard page and the stack above it
-        elif v.perms.startswith("---") and prev is not None and prev.anon and prev.end == v.start \
-                and prev.start % ARENA == 0 and v.end - prev.start == ARENA:
-            k = "malloc thread arenas"  # the PROT_NONE rest of an arena's 64 MiB
         else:
             k = "other anonymous"
         out.append(k)
@@ -155,14 +155,14 @@ def parse_memory_stat(text: str) -> dict[str, int]:
 
 
 def cgroup_charge(version: int, stat: dict[str, int], usage: int | None, kmem: int | None) -> dict[str, int | None]:
-    """The cgroup's charge split into anonymous, page cache (file; of it, mapped into a process) and kernel memory,
-    bytes. v1: rss, cache, mapped_file and memory.kmem.usage_in_bytes (charged within memory.usage_in_bytes); v2:
-    anon, file, file_mapped and kernel."""
+    """The cgroup's charge split into anonymous, page cache (file; of it, mapped into a process, and shared memory) and
+    kernel memory, bytes. v1: rss, cache, mapped_file, shmem and memory.kmem.usage_in_bytes (charged within
+    memory.usage_in_bytes); v2: anon, file, file_mapped, shmem and kernel."""
     if version == 1:
         return {"usage": usage, "anon": stat.get("rss", 0) + stat.get("rss_huge", 0), "file": stat.get("cache"),
-                "file_mapped": stat.get("mapped_file"), "kernel": kmem}
+                "file_mapped": stat.get("mapped_file"), "shmem": stat.get("shmem"), "kernel": kmem}
     kernel = stat.get("kernel")
     if kernel is None:
         kernel = sum(stat.get(k, 0) for k in ("kernel_stack", "pagetables", "slab", "sock", "percpu"))
     return {"usage": usage, "anon": stat.get("anon"), "file": stat.get("file"), "file_mapped": stat.get("file_mapped"),
-            "kernel": kernel}
+            "shmem": stat.get("shmem"), "kernel": kernel}

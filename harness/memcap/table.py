@@ -43,7 +43,7 @@ def breakdown_table(recs: list[dict]) -> list[str]:
     for key in ("Rss", "Anonymous"):
         out.append(f"| process {key} (smaps_rollup) | " + " | ".join(_cell(b["rollup_mib"].get(key)) for b in bds)
                    + " |")
-    for key in ("usage", "anon", "file", "file_mapped", "kernel"):
+    for key in ("usage", "anon", "file", "file_mapped", "shmem", "kernel"):
         out.append(f"| cgroup {key} | " + " | ".join(_cell(b["charge_mib"].get(key)) for b in bds) + " |")
     out.append("| cgroup peak | " + " | ".join(_cell(b["peak_mib"]) for b in bds) + " |")
     return out

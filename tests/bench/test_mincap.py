@@ -4,12 +4,12 @@ records, and the smaps breakdown on this very process's real mappings."""
 from __future__ import annotations
 
 import ctypes
-import mmap
 import threading
 from pathlib import Path
 
 import pytest
 
+from harness.engine.io.vm import Reservation
 from harness.errors import UserError
 from harness.formats import mincap as fmt
 from harness.memcap.search import Criterion, RunFacts, bisect
@@ -84,10 +84,10 @@ def _kinds() -> dict:
 
 def test_breakdown_of_this_process_sees_a_noreserve_mapping_and_a_thread_arena():
     before = _kinds()
-    res = mmap.mmap(-1, 16 * MIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_NORESERVE)
-    for off in range(0, 4 * MIB, mmap.PAGESIZE):  # 4 MiB of it touched
-        res[off] = 1
+    res = Reservation(16 * MIB, 0)  # the engine's own expert reservation
     libc = ctypes.CDLL(None)
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    libc.memset(res.data, 1, 4 * MIB)  # 4 MiB of it touched
     libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
     blocks = []
@@ -109,15 +109,16 @@ def test_breakdown_of_this_process_sees_a_noreserve_mapping_and_a_thread_arena()
     assert after["Python and modules (code)"].rss > 0 and after["[heap] (malloc main arena)"].count == 1
     for p in blocks:
         libc.free(p)
-    res.close()
+    res.mm.close()
 
 
 def test_cgroup_charge_reads_both_versions():
-    v1 = parse_memory_stat("cache 1048576\nrss 2097152\nrss_huge 0\nmapped_file 4096\n")
+    v1 = parse_memory_stat("cache 1048576\nrss 2097152\nrss_huge 0\nmapped_file 4096\nshmem 0\n")
     assert cgroup_charge(1, v1, 5 << 20, 1 << 20) == {"usage": 5 << 20, "anon": 2 << 20, "file": 1 << 20,
-                                                      "file_mapped": 4096, "kernel": 1 << 20}
+                                                      "file_mapped": 4096, "shmem": 0, "kernel": 1 << 20}
     v2 = parse_memory_stat("anon 3\nfile 4\nfile_mapped 1\nkernel 7\n")
-    assert cgroup_charge(2, v2, 14, None) == {"usage": 14, "anon": 3, "file": 4, "file_mapped": 1, "kernel": 7}
+    assert cgroup_charge(2, v2, 14, None) == {"usage": 14, "anon": 3, "file": 4, "file_mapped": 1, "shmem": None,
+                                              "kernel": 7}
 
 
 def test_tables_show_each_search_and_breakdown(tmp_path: Path, capsys):
