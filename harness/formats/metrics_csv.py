@@ -294,8 +294,8 @@ def read_metrics(path: Path | str) -> Metrics:
 
 
 def _pd():
-    """pandas, imported when a file is read: the engine only writes these files, and pandas is ~20 MiB of a capped
-    engine's memory (bench-data/2026-12-03-mincap)."""
+    """pandas, imported when a file is read: the engine only writes these files, and pandas is 26 MiB of a capped
+    engine's anonymous memory (bench-data/2026-12-03-mincap)."""
     import pandas
 
     return pandas

@@ -4,9 +4,9 @@ module `__getattr__` (PEP 562) that runs its __init__ the first time anyone asks
 `import pkg; pkg.X` and `from pkg import X` elsewhere in the process still work.
 
 Why: a streamed engine holds every module it imported for its whole run, under a memory cap. gguf's __init__ imports
-its writer, tensor mapping, vocab and metadata (yaml) for the header constants the engine needs (3.8 MiB of anonymous
+its writer, tensor mapping, vocab and metadata (yaml) for the header constants the engine needs (3.7 MiB of anonymous
 memory against 0.6); llama-cpp-python's imports its high-level Llama class, jinja2, diskcache and sqlite3 for the
-ctypes bindings (5.9 MiB against 1.3; bench-data/2026-12-03-mincap)."""
+ctypes bindings (5.8 MiB against 1.3; bench-data/2026-12-03-mincap/imports-partial.jsonl)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ only to whoever first read them into the page cache) and how many modules each i
 counted at the first import that brings it. `--fresh` measures each MODULE alone in its own interpreter instead (what
 it costs with its dependencies). `--engine` adds, last, what a streamed `bmoe` run imports before its first token
 (ENGINE: the command line, the composition root, the llama.cpp bindings) and lists the third-party packages that are
-then loaded. One JSON object per line on stdout.
+then loaded. A MODULE written `alone:pkg.sub` is imported as the engine imports its bindings, without pkg's __init__
+(harness.formats.partial_import). One JSON object per line on stdout.
 """
 
 from __future__ import annotations
