@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "quality",
     "timeline",
     "check",
+    "mincap",
 ]
 
 app = typer.Typer(

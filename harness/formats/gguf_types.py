@@ -4,7 +4,9 @@ count, then the items). The synthetic-model encoder and the engine's header pars
 
 from __future__ import annotations
 
-from gguf.constants import GGUFValueType
+from harness.formats.partial_import import submodule_alone
+
+GGUFValueType = submodule_alone("gguf.constants").GGUFValueType  # without gguf's __init__ (partial_import)
 
 __all__ = ["GGUFValueType", "SCALAR_FORMAT", "scalar_format"]
 

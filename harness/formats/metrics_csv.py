@@ -15,12 +15,14 @@ import io
 import os
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from harness.errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMAT = "bmoe_metrics"
 VERSION = 2
@@ -190,7 +192,7 @@ class Metrics:
     path: str
     format: str | None  # "bmoe_metrics v2", or None for a file without a preamble
     meta: dict[str, str] = field(default_factory=dict)
-    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rows: pd.DataFrame = field(default_factory=lambda: _pd().DataFrame())
     summaries: list[dict[str, str]] = field(default_factory=list)
     cut_last_row: bool = False  # the last row is cut short (no final newline, or fewer fields than the header)
 
@@ -205,7 +207,7 @@ class Metrics:
         if not self.summaries:
             return f"{self.path}: no '# summary' line (the file was truncated, or the engine did not finish)"
         for c in REQUIRED:
-            bad = int(pd.to_numeric(self.rows[c], errors="coerce").isna().sum())
+            bad = int(_pd().to_numeric(self.rows[c], errors="coerce").isna().sum())
             if bad:
                 return f"{self.path}: {c} is missing or not a number in {bad} row(s)"
         return None
@@ -242,6 +244,7 @@ def _kv(text: str) -> dict[str, str]:
 
 
 def parse_metrics(text: str, path: str = "<text>") -> Metrics:
+    pd = _pd()
     fmt: str | None = None
     meta: dict[str, str] = {}
     summaries: list[dict[str, str]] = []
@@ -290,3 +293,11 @@ def read_metrics(path: Path | str) -> Metrics:
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
     return parse_metrics(text, str(path))
+
+
+def _pd():
+    """pandas, imported when a file is read: the engine only writes these files, and pandas is 26 MiB of a capped
+    engine's anonymous memory (bench-data/2026-12-03-mincap)."""
+    import pandas
+
+    return pandas

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 
 def system_info() -> str:
-    from llama_cpp import llama_cpp as L
+    from harness.formats.partial_import import submodule_alone
 
+    L = submodule_alone("llama_cpp.llama_cpp")  # the ctypes bindings, without the package's __init__
     return L.llama_print_system_info().decode("utf-8", "replace")
 
 

@@ -27,6 +27,8 @@ import bisect
 import ctypes
 import mmap
 import os
+import platform
+import sys
 import threading
 from typing import Protocol
 
@@ -43,9 +45,11 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _PROT_RW = 0x1 | 0x2
 _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
 _MAP_POPULATE = 0x8000
-# how the reservations are mapped (harness.engine.io.vm): MAP_NORESERVE where Python's mmap module has it (3.13+);
-# an anonymous range mapped back over a slice must match, or the VMAs do not merge again
-NORESERVE = getattr(mmap, "MAP_NORESERVE", 0)
+# how the reservations are mapped (harness.engine.io.vm): MAP_NORESERVE, so they are not counted against the commit
+# limit (`nr` in smaps). Python 3.11's mmap module has no MAP_NORESERVE (3.12 added it): Linux's value on the
+# architectures this runs on. An anonymous range mapped back over a slice must match, or the VMAs do not merge again
+NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") and platform.machine() in
+                    ("x86_64", "aarch64", "armv7l", "armv8l", "i686") else 0)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 _MADV_DONTNEED = 4
 

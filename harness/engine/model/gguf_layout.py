@@ -13,12 +13,14 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from harness.engine.model.llama_archs import LLAMA_ARCHS
 from harness.engine.model.registry import FUSED_EXPERTS, STANDARD, ArchRow, row_for, supported
 from harness.errors import UserError
 from harness.formats.gguf_types import GGUFValueType, scalar_format
+from harness.formats.partial_import import submodule_alone
+
+_GGUF = submodule_alone("gguf.constants")  # without gguf's __init__ (harness.formats.partial_import)
+GGML_QUANT_SIZES, GGMLQuantizationType = _GGUF.GGML_QUANT_SIZES, _GGUF.GGMLQuantizationType
 
 _SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 

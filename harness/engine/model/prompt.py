@@ -28,9 +28,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-import jinja2
-
 from harness.errors import UserError
+from harness.formats.partial_import import submodule_alone
 
 HARMONY_FINAL = "<|channel|>final<|message|>"
 HARMONY_GEN = "<|start|>assistant"
@@ -59,8 +58,7 @@ def build_prompt(model: str, template: str, prompt: str, *, chatml: bool, no_thi
 
 def apply_builtin(model: str, template: str, prompt: str) -> str:
     """llama.cpp's built-in form of the template (recognised by its markers), one user message."""
-    from llama_cpp import llama_cpp as L
-
+    L = submodule_alone("llama_cpp.llama_cpp")  # the ctypes bindings, without the package's __init__
     msgs = (L.llama_chat_message * 1)()
     msgs[0].role = b"user"
     msgs[0].content = prompt.encode()
@@ -89,6 +87,8 @@ def is_harmony(template: str) -> bool:
 
 
 def no_think_prompt(model: str, template: str, prompt: str) -> Prompt:
+    import jinja2  # only --no-think renders a template: off the plain run's imports (harness.formats.partial_import)
+
     try:
         if is_harmony(template):
             text = render(template, prompt, reasoning_effort="low")

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from harness import __version__
 from harness.engine.cache.policies import native as policies_native
@@ -25,7 +26,9 @@ from harness.engine.run.sinks import Sink
 from harness.engine.run.token_loop import TokenLoop
 from harness.errors import UserError
 from harness.formats.metrics_csv import Summary
-from harness.formats.replies import PromptItem, RepliesWriter, Reply
+
+if TYPE_CHECKING:  # pydantic, which replies needs, costs a capped engine memory: imported with --prompts-file only
+    from harness.formats.replies import PromptItem, RepliesWriter
 
 MIB = 1048576
 
@@ -126,6 +129,8 @@ class Engine:
                     between_tokens: Callable[[], None] = lambda: None) -> list[RunResult]:
         """--prompts-file: every prompt in turn in this process, the KV cache cleared between them and
         everything else (model, expert cache, reader lanes) kept; one CSV turn and one reply each."""
+        from harness.formats.replies import Reply
+
         sess, cfg = self.session, self.cfg
         sent = [sess.build(it.prompt) for it in items]
         for it, text in zip(items, sent, strict=True):  # refuse before the first answer, not halfway through

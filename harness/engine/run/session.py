@@ -25,6 +25,7 @@ from harness.engine.model.prompt import build_prompt
 from harness.engine.stream.hook import StreamHook
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED
+from harness.formats.partial_import import submodule_alone
 
 MIB = 1048576
 
@@ -131,7 +132,7 @@ class Session:
 
     def __init__(self, cfg: EngineConfig, layout: ModelLayout,
                  make_hook: Callable[[], StreamHook | None] = lambda: None, dense: DenseWeights | None = None):
-        from llama_cpp import llama_cpp as L
+        L = submodule_alone("llama_cpp.llama_cpp")  # the ctypes bindings, without the package's __init__
 
         self.L = L
         self.cfg = cfg
