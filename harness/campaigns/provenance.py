@@ -91,33 +91,35 @@ def local_sha256(p: Path) -> str:
     return cached_sha256("local", (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), lambda: file_sha256(p))
 
 
-def adb_sha256(device, path: str) -> str:
-    """sha256 of a file on an adb device (harness.adb.Device), by the device's own sha256sum, cached."""
+def adb_sha256(device, path: str, where: str = "adb") -> str:
+    """sha256 of a file on an adb device (harness.adb.Device) or an SSH machine (harness.sshlink.SshLink), by
+    its own sha256sum, cached under `where`:serial."""
     code, out, err = device.shell(script(_STAT_SCRIPT, path))
     parts = out.split()
     if code != 0 or len(parts) != 4 or not all(x.isdigit() for x in parts):
-        raise UserError(f"adb device {device.serial}: cannot stat {path} ({(err or out).strip() or f'exit {code}'})")
+        why = (err or out).strip() or f"exit {code}"
+        raise UserError(f"{where} device {device.serial}: cannot stat {path} ({why})")
     ident = tuple(int(x) for x in parts)
 
     def compute() -> str:
         h = device.remote_sha256(path)
         if h is None:
-            raise UserError(f"adb device {device.serial}: sha256sum {path} failed; is the file readable there?")
+            raise UserError(f"{where} device {device.serial}: sha256sum {path} failed; is the file readable there?")
         return h
 
-    return cached_sha256(f"adb:{device.serial}", ident, compute)  # type: ignore[arg-type]
+    return cached_sha256(f"{where}:{device.serial}", ident, compute)  # type: ignore[arg-type]
 
 
 def target_sha256(target, path: str) -> str:
     """sha256 of a file as the target sees it (the local file, or the device's copy)."""
-    if target.kind == "adb":
-        return adb_sha256(target.device, path)
+    if target.kind in ("adb", "ssh"):
+        return adb_sha256(target.device, path, target.kind)
     return local_sha256(Path(path))
 
 
 def model_sha256(target, model_path: str) -> dict[str, str]:
     """File name -> sha256 of the model (every shard of a split model) on the target."""
-    if target.kind == "adb":
+    if target.kind in ("adb", "ssh"):
         return {f.rsplit("/", 1)[-1]: target_sha256(target, f) for f in _target_files(model_path)}
     return {p.name: local_sha256(p) for p in model_files(Path(model_path))}
 
@@ -173,6 +175,10 @@ done"""
 
 def device_fingerprint(target, desc: dict) -> DeviceFingerprint:
     """From the target's description (harness.targets: describe()), plus the build properties over adb."""
+    if target.kind == "ssh":  # a board, or Termux (where getprop answers)
+        return DeviceFingerprint(kind="ssh", soc=desc.get("platform"), android=desc.get("android_release"),
+                                 cpu_model=desc.get("hardware"), kernel=desc.get("kernel"),
+                                 mem_total_mib=desc.get("mem_total_mib"))
     if target.kind != "adb":
         return DeviceFingerprint(kind="local", cpu_model=desc.get("cpu_model"), kernel=desc.get("kernel"),
                                  mem_total_mib=desc.get("mem_total_mib"))
@@ -195,6 +201,8 @@ def campaign_provenance(plan, target, res, desc: dict) -> Provenance:
         kind = c.engine_of(label).kind
         argv0 = res.argv0(label)
         version = res.engines[label].version if label else res.engine_version
+        if kind == "bmoe" and target.kind == "ssh":  # deployed from this tree: the run checked its source hash
+            argv0 = [sys.executable]
         engines[label or kind] = (bmoe_identity(version, argv0) if kind == "bmoe"
                                   else external_identity(target, version, argv0[0]))
     return Provenance(model_sha256=model_sha256(target, res.model_path), engines=engines,

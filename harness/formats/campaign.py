@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     Tag,
     WrapValidator,
+    model_serializer,
 )
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
@@ -74,14 +75,32 @@ class ModelSource(_Model):
         None, description="local model file to stage on the target (adb: pushed once, checked by size+hash)")
 
 
+SSH_KEYS = ("host", "port", "user", "identity_file", "known_hosts", "dir")  # target keys of ssh and termux
+
+
 class TargetSpec(_Model):
-    kind: Literal["local", "adb"] = Field("local", description="where the engine runs: this machine, or a "
-                                                               "device over adb")
-    serial: str | None = Field(None, description="adb serial (needed when more than one device is attached)")
+    kind: Literal["local", "adb", "ssh", "termux"] = Field("local", description=(
+        "where the engine runs: this machine, a device over adb, a machine over SSH, or a phone's Termux (SSH "
+        "through an adb forward)"))
+    serial: str | None = Field(None, description="adb or termux: the device's serial (needed when more than one "
+                                                 "is attached)")
     mem_cap_mib: int | None = Field(None, ge=16, description="local: a cgroup memory cap per run (page cache "
                                                              "is charged to it)")
     drop_caches: bool = Field(False, description="local, root: drop the page cache before each run")
     evict_model: bool = Field(True, description="local: evict the model file from the page cache before each run")
+    host: str | None = Field(None, description="ssh: host name or address (or a Host of ~/.ssh/config)")
+    port: int | None = Field(None, ge=1, le=65535, description="ssh: port (default 22); termux: Termux's sshd port "
+                                                              "on the phone (default 8022)")
+    user: str | None = Field(None, description="ssh, termux: user name there (default: ssh's)")
+    identity_file: str | None = Field(None, description="ssh, termux: private key (default: ssh's keys and agent)")
+    known_hosts: str | None = Field(None, description="ssh, termux: a known_hosts file of its own (default: ssh's; "
+                                                      "a new host key is trusted on first use, then checked)")
+    dir: str | None = Field(None, description="ssh, termux: the folder there for the deployed venv, staged files "
+                                              "and runs (default ~/bmoe)")
+
+    @model_serializer(mode="wrap")
+    def _ssh_keys_when_set(self, handler):  # unset, they are left out: other targets' plans hash as before
+        return {k: v for k, v in handler(self).items() if k not in SSH_KEYS or v is not None}
 
 
 class EngineArgs(TypedDict, total=False):
@@ -97,7 +116,8 @@ class EngineArgs(TypedDict, total=False):
 
 class EngineSpec(_Model):
     kind: Literal["bmoe", "external"] = Field("bmoe", description=(
-        "bmoe (the installed console script, local only) or external (any executable writing bmoe_metrics CSVs)"))
+        "bmoe (the installed console script; ssh, termux: the one `bmoe-bench deploy` put there) or external "
+        "(any executable writing bmoe_metrics CSVs)"))
     path: str | None = Field(None, description="external: the engine executable on the target")
     push_from: str | None = Field(None, description="external: a local engine binary to stage on the target "
                                                     "(adb: pushed once)")
@@ -188,7 +208,7 @@ class CampaignFile(_Model):
     description: str = Field("", description="one paragraph: the question this campaign answers")
     model: ModelSource = Field(description="model: {path: FILE} or model: {recipe: {shape: tiny}}")
     target: Annotated[TargetSpec, BeforeValidator(_shorthand)] = Field(
-        default_factory=TargetSpec, description="where to run: {kind: local|adb, ...}, or just local")
+        default_factory=TargetSpec, description="where to run: {kind: local|adb|ssh|termux, ...}, or just local")
     engine: Annotated[EngineSpec, BeforeValidator(_shorthand)] = Field(
         default_factory=EngineSpec, description="what to run: {kind: bmoe|external, path, push_from, args}")
     engines: dict[Label, Annotated[EngineEntry, BeforeValidator(_shorthand)]] | None = Field(None, description=(
@@ -251,7 +271,7 @@ class CampaignFile(_Model):
                 out += [(loc + (k,), f"engines.{label}.{k}: bmoe's flags are the campaign's own")
                         for k in ("args", "spell") if k in e.model_fields_set]
                 if self.target.kind == "adb":
-                    out.append((loc, f"engines.{label}: bmoe runs where Python runs (target local)"))
+                    out.append((loc, f"engines.{label}: bmoe runs where Python runs (target local, ssh or termux)"))
             varied = {f for loc_, f in self._flag_uses() if loc_[0] in ("axes", "cells")}
             out += [(loc + ("flags", f), f"engines.{label}.flags: {f} is varied by the campaign; an engine's own "
                                          f"flags pin what the cells leave alone") for f in e.flags if f in varied]
@@ -277,17 +297,32 @@ class CampaignFile(_Model):
                     for k in ("path", "push_from") if getattr(e, k) is not None]
             if "args" in e.model_fields_set:
                 out.append((("engine", "args"), "engine.args is for external engines; bmoe's flags are fixed"))
+        if t.kind != "local" and (t.mem_cap_mib is not None or t.drop_caches):
+            out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
+        out += self._ssh_problems()
         if t.kind == "adb":
-            if t.mem_cap_mib is not None or t.drop_caches:
-                out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
             if e.kind == "bmoe" and self.engines is None:
                 out.append((("engine",) if "engine" in self.model_fields_set else ("target",),
-                            "engine bmoe runs where Python runs (target local); on a phone use "
+                            "engine bmoe runs where Python runs (target local, ssh or termux); over adb use "
                             "engine: {kind: external, path: /data/local/tmp/bmoe/bmoe-cli}"))
             if m.recipe is not None:
                 out.append((("model",), "a model recipe generates a local file: use target local, or give the "
                                         "model's path on the device"))
         return out
+
+    def _ssh_problems(self) -> list[tuple[Loc, str]]:
+        t = self.target
+        given = [k for k in SSH_KEYS if getattr(t, k) is not None]
+        if t.kind not in ("ssh", "termux"):
+            return [(("target", k), f"target.{k} is for target ssh or termux") for k in given]
+        if t.kind == "ssh" and t.host is None:
+            return [(("target",), "target ssh needs host (and port, user, identity_file as ssh needs them)")]
+        if t.kind == "ssh" and t.serial is not None:
+            return [(("target", "serial"), "target.serial is for adb or termux; an ssh target is its host")]
+        if t.kind == "termux" and t.host is not None:
+            return [(("target", "host"), "target termux is reached at 127.0.0.1 through an adb forward: give its "
+                                          "serial, not host")]
+        return []
 
     def min_repeats(self) -> int:  # rounds always run: precision.min_repeats, else repeats
         p = self.precision
