@@ -30,8 +30,9 @@ class TermuxForward:
         self.label = f"termux on {self.dev.serial} (adb forward tcp:{self.local_port} -> tcp:{self.phone_port})"
 
     def address(self, user: str | None, identity_file: str | None, known_hosts: str | None) -> SshAddress:
+        alias = "termux-" + re.sub(r"[^A-Za-z0-9.-]", "-", self.dev.serial)  # its key is the phone's, any port
         return SshAddress(host="127.0.0.1", port=self.local_port, user=user, identity_file=expand(identity_file),
-                          known_hosts=expand(known_hosts), host_key_alias="termux-" + re.sub(r"[^A-Za-z0-9.-]", "-", self.dev.serial))
+                          known_hosts=expand(known_hosts), host_key_alias=alias)
 
     def close(self) -> None:
         if self.made:
