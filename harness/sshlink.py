@@ -90,7 +90,11 @@ class SshLink:
         self._dir = tempfile.mkdtemp(prefix=f"bmoe-ssh-{os.getpid()}-", dir="/tmp")  # a short socket path
         self.socket = f"{self._dir}/m"
         self._hash_cache: dict[tuple[str, int, int], str] = {}
-        self.open()
+        try:
+            self.open()
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
 
     def argv(self, cmd: str | None = None, *, master: bool = False) -> list[str]:
         """The ssh command line running cmd (an already-quoted command line) through the master."""
@@ -113,20 +117,26 @@ class SshLink:
             raise UserError(f"ssh target {self.serial}: cannot connect: {why}"
                             + (" (check identity_file and the target's authorized_keys)" if "denied" in why else ""))
 
+    def _control(self, op: str) -> bool:
+        """`ssh -O op` to the master (check, exit): True if it answered."""
+        try:
+            p = subprocess.run(["ssh", "-S", self.socket, "-O", op, self.address.host], stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return False
+        return p.returncode == 0
+
     def ensure_master(self) -> None:
         """Start the master again if it died (a lost link that came back); without one, commands connect
         on their own, only slower."""
-        p = subprocess.run(["ssh", "-S", self.socket, "-O", "check", self.address.host], stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=10)
-        if p.returncode != 0:
+        if not self._control("check"):
             try:
                 self.open()
             except UserError:
                 pass  # the run that follows fails with the reason
 
     def close(self) -> None:
-        subprocess.run(["ssh", "-S", self.socket, "-O", "exit", self.address.host], stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=10)
+        self._control("exit")
         shutil.rmtree(self._dir, ignore_errors=True)
 
     # ---- commands --------------------------------------------------------------------------------------
@@ -152,12 +162,6 @@ class SshLink:
         if code != 0:
             raise UserError(f"ssh target {self.serial}: cannot {what}: {last_line(err or out) or f'exit {code}'}")
         return out
-
-    def probe(self) -> str | None:
-        """None if the machine answers a fresh connection now, else ssh's reason."""
-        p = subprocess.run(["ssh", *ssh_options(self.address), "-o", "ControlPath=none", self.address.host, "true"],
-                           stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-        return None if p.returncode == 0 else (last_line(p.stderr.decode(errors="replace")) or f"exit {p.returncode}")
 
     # ---- reads -----------------------------------------------------------------------------------------
 

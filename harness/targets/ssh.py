@@ -50,13 +50,17 @@ class SshTarget:
     def __init__(self, address: SshAddress, *, dir: str | None = None, via: object | None = None):
         self.via = via
         self.link = self.device = SshLink(address)  # `device`: what provenance hashes files through
-        home = self.link.shell_ok('printf %s "$HOME"', what="read $HOME").strip()
-        self.dir = (f"{home}{dir[1:]}" if dir and dir.startswith("~/") else dir or f"{home}/bmoe").rstrip("/")
-        if not self.dir.startswith("/"):
-            raise UserError(f"ssh target {self.serial}: dir {dir!r} must be an absolute path there")
         self.stage_log: list[tuple[str, str]] = []
         self._orphans: list[str] = []
-        self.link.shell_ok(sh_join(["mkdir", "-p", f"{self.dir}/files", self.run_dir()]), what="create its dir")
+        try:
+            home = self.link.shell_ok('printf %s "$HOME"', what="read $HOME").strip()
+            self.dir = (f"{home}{dir[1:]}" if dir and dir.startswith("~/") else dir or f"{home}/bmoe").rstrip("/")
+            if not self.dir.startswith("/"):
+                raise UserError(f"ssh target {self.serial}: dir {dir!r} must be an absolute path there")
+            self.link.shell_ok(sh_join(["mkdir", "-p", f"{self.dir}/files", self.run_dir()]), what="create its dir")
+        except BaseException:
+            self.link.close()
+            raise
 
     @property
     def serial(self) -> str:
