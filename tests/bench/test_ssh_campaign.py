@@ -53,7 +53,7 @@ def _bmoe_campaign(tmp_path: Path, target: str, name: str = "sshpy") -> Path:
         flags: {{-t: 1, -c: 128}}
         axes:
           - name: mode
-            values: {{mmap: {{}}, streamed: {{--moe-stream: true, --cache-mb: 8}}}}
+            values: {{mmap: {{}}, streamed: {{--moe-stream: true}}}}
         repeats: 1
         tokens: 4
         cooldown: {{mem_available_min_mib: 64, max_wait_s: 5}}
@@ -85,6 +85,11 @@ def test_a_target_without_bmoe_deployed_is_refused_in_one_line(sshd, tmp_path):
     lines = err.strip().splitlines()
     assert rc == 2 and "Traceback" not in err and lines[-1].startswith("Error: ssh target "), err
     assert "bmoe is not deployed in" in lines[-1] and f"run `bmoe-bench deploy {p}`" in lines[-1]
+    (tmp_path / "empty" / "deploy.json").write_text('{"bmoe": "0.1.0+src.000000000000"}\n')  # another version
+    rc, _, err = run_cli(["run", str(p), "--out", str(tmp_path / "bd")])
+    assert rc == 2 and err.strip().splitlines()[-1] == (
+        f"Error: ssh target root@127.0.0.1:8022: bmoe 0.1.0+src.000000000000 is deployed in {tmp_path / 'empty'}, "
+        f"the harness is {harness_version()}; run `bmoe-bench deploy {p}`")
 
 
 def test_a_wrong_key_stops_a_campaign_in_one_line(sshd, tmp_path):
