@@ -168,10 +168,10 @@ class Deployer:
         return remote
 
     def _install_bmoe(self, archive: Path, *index: str) -> None:
-        src = self._push(archive, "src")
+        src = self._push(archive, f"src/{harness_version().rpartition('.')[2]}")  # a folder per source hash
         self._pip("uninstall", "-y", "bmoe", what="removing the old bmoe")
-        self._pip("install", "--no-compile", *index, "--no-build-isolation", src, what="installing bmoe",
-                  timeout=3600)
+        self._pip("install", "--no-compile", "--no-cache-dir", *index, "--no-build-isolation", src,
+                  what="installing bmoe", timeout=3600)
 
     def _from_harness(self, archive: Path) -> str:
         import llama_cpp  # the harness's own build: it must be the one without llamafile

@@ -68,18 +68,16 @@ def harness_version() -> str:
 
 
 def source_archive(dest_dir: Path) -> Path:
-    """An sdist-shaped archive of the package (bmoe-VERSION/ with pyproject.toml, setup.py, harness/), the
-    same bytes for the same files (sorted, no owners, mtime 0), named after harness_version()."""
+    """An sdist-shaped archive of the package (bmoe-0.1.0/ with pyproject.toml, setup.py, harness/), the same
+    bytes for the same files (sorted, no owners, mtime 0); the source hash is not in its name (pip would refuse
+    a name whose version is not the metadata's): deploy puts it in a folder named after it."""
     root = source_root()
-    ver = harness_version()
-    out = Path(dest_dir) / f"bmoe-{ver}.tar.gz"
-    if out.is_file():
-        return out
+    out = Path(dest_dir) / f"bmoe-{__version__}.tar.gz"  # pip checks the name's version against the metadata
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
         for rel in source_files(root):
             data = (root / rel).read_bytes()
-            info = tarfile.TarInfo(f"bmoe-{ver}/{rel}")
+            info = tarfile.TarInfo(f"bmoe-{__version__}/{rel}")
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))
     tmp = out.with_name(out.name + ".part")

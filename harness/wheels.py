@@ -11,7 +11,9 @@ installed RECORD's sha256 (a rebuilt distribution of the same version is a new w
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import os
 import re
 import zipfile
@@ -96,7 +98,7 @@ def pack(dist: metadata.Distribution, out_root: Path | None = None) -> Path:
         raise UserError(f"deploy: {dist.metadata['Name']} has no dist-info METADATA in its RECORD; cannot pack it")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
-    rows = []
+    rows: list[list[str]] = []
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for f in files:
             if f.parts[0] == info and f.name in _DROP_INFO:
@@ -106,9 +108,11 @@ def pack(dist: metadata.Distribution, out_root: Path | None = None) -> Path:
                 continue
             z.write(src, str(f))
             h = hashlib.sha256(src.read_bytes()).digest()
-            rows.append(f"{f},sha256={_b64(h)},{src.stat().st_size}")
-        rows.append(f"{info}/RECORD,,")
-        z.writestr(f"{info}/RECORD", "\n".join(rows) + "\n")
+            rows.append([str(f), f"sha256={_b64(h)}", str(src.stat().st_size)])
+        rows.append([f"{info}/RECORD", "", ""])
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(rows)
+        z.writestr(f"{info}/RECORD", buf.getvalue())
     tmp.replace(out)
     return out
 
