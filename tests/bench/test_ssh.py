@@ -58,13 +58,13 @@ def test_run_streams_lines_pulls_outputs_and_reports_failures(target, tmp_path):
     exe = target.stage(engine(tmp_path), "engine")
     lines: list[str] = []
     csv = f"{target.run_dir()}/a.csv"
-    out = target.run([exe, "-m", "/dev/null", "-n", "3", "--csv", csv, "--progress", "-p", "it's $HOME; `x`"],
+    out = target.run([exe, "-m", exe, "-n", "3", "--csv", csv, "--progress", "-p", "it's $HOME; `x`"],
                      timeout_s=60, outputs=[csv], out_dir=tmp_path / "o", log_path=tmp_path / "o" / "log",
                      on_stdout_line=lines.append)
     assert out.ok, out.reason
     assert sum(x.startswith("BMOE_PROGRESS") for x in lines) == 3 and out.remote_pid
     assert (tmp_path / "o" / "a.csv").is_file() and not Path(csv).exists()  # pulled, then removed there
-    bad = target.run([exe, "-m", "/dev/null", "-n", "3", "--csv", csv, "--fail", "3"], timeout_s=60, outputs=[csv],
+    bad = target.run([exe, "-m", exe, "-n", "3", "--csv", csv, "--fail", "3"], timeout_s=60, outputs=[csv],
                      out_dir=tmp_path / "p", log_path=tmp_path / "p" / "log")
     assert not bad.ok and bad.exit_code == 3 and bad.reason.startswith("engine exited 3: ")
     none = target.run(["true"], timeout_s=60, outputs=[csv], out_dir=tmp_path / "q", log_path=tmp_path / "q" / "log")
@@ -102,7 +102,7 @@ def test_a_machine_gone_mid_run_fails_that_run_and_its_engine_is_killed_when_it_
     killer = threading.Thread(target=cut)
     killer.start()
     try:
-        out = t.run([exe, "-m", "/dev/null", "-n", "5", "--csv", csv, "--hold", str(hold)], timeout_s=120,
+        out = t.run([exe, "-m", exe, "-n", "5", "--csv", csv, "--hold", str(hold)], timeout_s=120,
                     outputs=[csv], out_dir=tmp_path / "o", log_path=tmp_path / "o" / "log")
         killer.join()
         assert not out.ok and out.exit_code is None
