@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import socket
 import tempfile
 import time
@@ -74,7 +75,14 @@ class Deployer:
         pre = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
         code, out, err = self.link.shell(sh_join(pre + words), timeout=timeout)
         if code != 0:
-            raise UserError(f"deploy to {self.link.serial}: {what} failed: {last_line(err or out) or f'exit {code}'}")
+            name = re.sub(r"[^A-Za-z0-9.@-]", "_", f"{self.link.serial}.log")
+            log = Path.home() / ".cache" / "bmoe" / "deploy" / name
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(f"$ {sh_join(pre + words)}\n{out}\n{err}")
+            lines = [ln.strip() for ln in (err + "\n" + out).splitlines() if ln.strip()]
+            why = next((ln for ln in reversed(lines) if ln.startswith("ERROR:")), None) \
+                or next((ln for ln in reversed(lines) if not ln.startswith("hint:")), f"exit {code}")
+            raise UserError(f"deploy to {self.link.serial}: {what} failed: {why[:300]} (its output: {log})")
         return out
 
     def probe(self) -> dict:
@@ -192,7 +200,8 @@ class Deployer:
         for w in wheels:
             self.link.push(w, f"{self.dir}/{sub}/{w.name}", "wheel")
         index = ("--no-index", "--find-links", f"{self.dir}/{sub}")
-        tools = [d.metadata["Name"] for d in dists if d.metadata["Name"].lower() in ("setuptools", "wheel")]
+        tools = [f"{d.metadata['Name']}=={d.version}" for d in dists  # the build tools, pinned: the venv's
+                 if d.metadata["Name"].lower() in ("setuptools", "wheel")]  # own setuptools is too old for pyproject
         self._pip("install", "--no-compile", *index, *tools, what="installing the build tools")
         self._install_bmoe(archive, *index)
         return "the harness's own build, copied (same machine type, ABI, libc and CPU features)"
