@@ -169,6 +169,6 @@ def test_devices_lists_the_ssh_target_of_a_campaign(sshd, deployed, tmp_path):
     assert rc == 0, err
     line = next(x for x in out.splitlines() if x.startswith("ssh "))
     assert line.split("\t")[:3] == ["ssh root@127.0.0.1:8022", "ready", f"bmoe {harness_version()} (the harness's)"]
-    q = _bmoe_campaign(tmp_path, target_yaml(sshd, d, port="8023"), name="off")
+    q = _bmoe_campaign(tmp_path, target_yaml(sshd, d, port="8023"), name="unreachable")
     rc, out, _ = run_cli(["devices", "--campaign", str(q)])
     assert rc == 0 and "ssh root@127.0.0.1:8023\tunreachable\t" in out and "Connection refused" in out
