@@ -1,9 +1,10 @@
 """A machine over SSH as a campaign target (`target: {kind: ssh, host, port, user, identity_file}`), or a
 phone's Termux reached through an adb forward (`target: {kind: termux, serial}`, harness.targets.termux).
 
-Transport: OpenSSH's client with one master connection (harness.sshlink says why). On loopback here a
-command through the master took 0.02 s against 0.12 s for a new connection each time (see the README's
-SSH section for the measurement), and a campaign sends a few commands a second (state samples).
+Transport: OpenSSH's client with one master connection (harness.sshlink says why). Measured on loopback here
+(2026-12-03, 20 `ssh true` each, this shared 2-core machine at load ~8): 0.44-0.67 s a command through the
+master against 0.89-1.03 s with a new connection each time (two runs). A campaign sends about two commands a
+second while a run goes (the state sample, the PID read until it is known), so the handshake saved matters.
 
 Layout on the target, under `dir` (default ~/bmoe): venv/ and deploy.json (what `bmoe-bench deploy` put
 there), files/ (staged models and prompts, copied only when size or sha256 differ), runs/ (run outputs,
