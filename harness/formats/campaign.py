@@ -25,6 +25,7 @@ from pydantic import (
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from harness.formats.campaign_fidelity import FidelitySpec
+from harness.formats.campaign_ssh import SSH_KEYS, ssh_problems
 from harness.formats.campaign_types import FlagName, Flags, FlagValue, Label, Value, _check
 from harness.formats.model_fields import ModelFields, recipe_fields
 
@@ -73,9 +74,6 @@ class ModelSource(_Model):
         None, description="make-model recipe, e.g. {shape: small, n_layer: 16}: generated once, cached")
     push_from: str | None = Field(
         None, description="local model file to stage on the target (adb: pushed once, checked by size+hash)")
-
-
-SSH_KEYS = ("host", "port", "user", "identity_file", "known_hosts", "dir")  # target keys of ssh and termux
 
 
 class TargetSpec(_Model):
@@ -299,7 +297,7 @@ class CampaignFile(_Model):
                 out.append((("engine", "args"), "engine.args is for external engines; bmoe's flags are fixed"))
         if t.kind != "local" and (t.mem_cap_mib is not None or t.drop_caches):
             out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
-        out += self._ssh_problems()
+        out += ssh_problems(t)
         if t.kind == "adb":
             if e.kind == "bmoe" and self.engines is None:
                 out.append((("engine",) if "engine" in self.model_fields_set else ("target",),
@@ -309,20 +307,6 @@ class CampaignFile(_Model):
                 out.append((("model",), "a model recipe generates a local file: use target local, or give the "
                                         "model's path on the device"))
         return out
-
-    def _ssh_problems(self) -> list[tuple[Loc, str]]:
-        t = self.target
-        given = [k for k in SSH_KEYS if getattr(t, k) is not None]
-        if t.kind not in ("ssh", "termux"):
-            return [(("target", k), f"target.{k} is for target ssh or termux") for k in given]
-        if t.kind == "ssh" and t.host is None:
-            return [(("target",), "target ssh needs host (and port, user, identity_file as ssh needs them)")]
-        if t.kind == "ssh" and t.serial is not None:
-            return [(("target", "serial"), "target.serial is for adb or termux; an ssh target is its host")]
-        if t.kind == "termux" and t.host is not None:
-            return [(("target", "host"), "target termux is reached at 127.0.0.1 through an adb forward: give its "
-                                          "serial, not host")]
-        return []
 
     def min_repeats(self) -> int:  # rounds always run: precision.min_repeats, else repeats
         p = self.precision
