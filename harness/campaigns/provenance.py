@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.adb import file_sha256
 from harness.adb_shell import script
 from harness.campaigns.pagecache import model_files
+from harness.deploy_stamp import source_root
 from harness.errors import UserError
 from harness.formats.files import atomic_write_text
 from harness.formats.manifest import DeviceFingerprint, EngineIdentity, Provenance
@@ -154,9 +155,10 @@ def source_tree(argv0: list[str]) -> Path | None:
     return Path(out) if p.returncode == 0 and out else None
 
 
-def bmoe_identity(version: str, argv0: list[str]) -> EngineIdentity:
-    """bmoe's version line, the pinned llama.cpp commit, and the commit and state of its source tree."""
-    tree = source_tree(argv0)
+def bmoe_identity(version: str, argv0: list[str], tree: Path | None = None) -> EngineIdentity:
+    """bmoe's version line, the pinned llama.cpp commit, and the commit and state of its source tree (`tree`, else
+    the one its executable loads)."""
+    tree = tree or source_tree(argv0)
     head = _git(tree, "rev-parse", "HEAD") if tree is not None else None
     status = _git(tree, "status", "--porcelain", "--untracked-files=no") if head is not None else None
     return EngineIdentity(version=version, llama_cpp=f"{LLAMA_CPP_COMMIT} (llama-cpp-python {LLAMA_CPP_PYTHON})",
@@ -201,9 +203,9 @@ def campaign_provenance(plan, target, res, desc: dict) -> Provenance:
         kind = c.engine_of(label).kind
         argv0 = res.argv0(label)
         version = res.engines[label].version if label else res.engine_version
-        if kind == "bmoe" and target.kind == "ssh":  # deployed from this tree: the run checked its source hash
-            argv0 = [sys.executable]
-        engines[label or kind] = (bmoe_identity(version, argv0) if kind == "bmoe"
+        # ssh: deployed from the harness's own tree (the run checked its source hash), whatever a venv here loads
+        tree = source_root() if kind == "bmoe" and target.kind == "ssh" else None
+        engines[label or kind] = (bmoe_identity(version, argv0, tree) if kind == "bmoe"
                                   else external_identity(target, version, argv0[0]))
     return Provenance(model_sha256=model_sha256(target, res.model_path), engines=engines,
                       device=device_fingerprint(target, desc))

@@ -6,6 +6,7 @@ lost, and it resumes), the Termux target through the loopback adbd's forward, an
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 import threading
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.campaigns.runner import run_campaign
-from harness.deploy_stamp import harness_version
+from harness.deploy_stamp import harness_version, source_root
 from harness.errors import ResourceError
 from harness.formats.manifest import load_manifest, raw_file_changes
 from harness.report.build import check_report, write_report
@@ -71,6 +72,8 @@ def test_a_campaign_with_the_python_engine_over_ssh(sshd, deployed, tmp_path):
     assert m.target.kind == "ssh" and m.target.host == "127.0.0.1" and m.target.dir == str(d)
     assert m.engine.argv0 == [f"{d}/venv/bin/bmoe"] and m.engine.version.startswith("bmoe ")
     assert m.provenance.device.kind == "ssh" and m.provenance.engines["bmoe"].llama_cpp
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source_root(), capture_output=True, text=True).stdout
+    assert m.provenance.engines["bmoe"].commit == head.strip()  # the tree deployed from, not a venv's own
     for r in m.runs:
         assert r.argv[0] == f"{d}/venv/bin/bmoe" and r.argv[2].startswith(f"{d}/files/")  # the staged model
         assert r.tokens == 4 and r.n_state_samples >= 1 and r.entry_state.mem_available_mib > 0
