@@ -16,6 +16,7 @@ from harness.errors import BmoeError
 COMMAND_MODULES: list[str] = [
     "make_model",
     "devices",
+    "deploy",
     "campaign",
     "merge",
     "replay",

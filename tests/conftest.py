@@ -1,6 +1,7 @@
 """What every test folder shares. The markers are declared in pyproject.toml: `engine` (needs the built
-llama-cpp-python engine; deselect with -m "not engine") and `adb` (needs the loopback adbd, which
-tests/adbd/run-adb-tests.sh provides): a test marked `adb` is skipped, with the reason, when the adbd is not there.
+llama-cpp-python engine; deselect with -m "not engine"), `adb` (needs the loopback adbd, which
+tests/adbd/run-adb-tests.sh provides) and `ssh` (needs the loopback sshd, tests/helpers/sshd.py, inside that same
+namespace): a test marked `adb` or `ssh` is skipped, with the reason, when its daemon cannot be there.
 Shared code lives in tests/helpers/ and fixtures in a folder's conftest.py; no test module imports another
 (tests/engine/test_structure.py checks it)."""
 
@@ -8,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import sshd
 from tests.helpers.adbd import SERIAL, WHY_NOT
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if SERIAL is not None:
-        return
-    skip = pytest.mark.skip(reason=WHY_NOT)
+    skips = {"adb": WHY_NOT if SERIAL is None else None, "ssh": sshd.WHY_NOT}
     for item in items:
-        if item.get_closest_marker("adb") is not None:
-            item.add_marker(skip)
+        for marker, why in skips.items():
+            if why is not None and item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=why))

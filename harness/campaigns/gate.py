@@ -27,6 +27,15 @@ class GateResult:
                 "unchecked": self.unchecked}
 
 
+def _read(sample_state: Callable[[], dict]) -> dict:
+    """One sample; a target that could not read its state (adb, ssh: the device went away) gives one with an
+    "error" key, raised here so it is handled as a failed read, never recorded as a sample."""
+    s = sample_state()
+    if "error" in s:
+        raise RuntimeError(s["error"])
+    return s
+
+
 def blocking(sample: dict, cd: Cooldown) -> tuple[list[str], list[str]]:
     """(conditions not met, conditions that cannot be checked) for one sample."""
     bad, unknown = [], []
@@ -52,7 +61,7 @@ def wait_for_gate(sample_state: Callable[[], dict], cd: Cooldown, *, clock: Call
     first_reason: str | None = None
     while True:
         try:
-            s = sample_state()
+            s = _read(sample_state)
         except Exception as e:  # e.g. the device went away: the run will fail and say why
             return GateResult(clock() - t0, False, f"device state unreadable: {type(e).__name__}: {e}", {},
                               ["device state"])
@@ -99,7 +108,7 @@ class StateSampler:
         while not self._stop.is_set():
             t = self._clock()
             try:
-                self.samples.append(self._sample())
+                self.samples.append(_read(self._sample))
             except Exception as e:  # a flaky read must not kill the run; it is recorded
                 if len(self.errors) < 5:
                     self.errors.append(f"{type(e).__name__}: {e}")

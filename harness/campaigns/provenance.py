@@ -21,6 +21,7 @@ from pathlib import Path
 from harness.adb import file_sha256
 from harness.adb_shell import script
 from harness.campaigns.pagecache import model_files
+from harness.deploy_stamp import source_root
 from harness.errors import UserError
 from harness.formats.campaign_fleet import DEFAULT_SERVER
 from harness.formats.files import atomic_write_text
@@ -95,34 +96,37 @@ def local_sha256(p: Path) -> str:
     return cached_sha256("local", (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), lambda: file_sha256(p))
 
 
-def adb_sha256(device, path: str) -> str:
-    """sha256 of a file on an adb device (harness.adb.Device), by the device's own sha256sum, cached."""
+def adb_sha256(device, path: str, where: str = "adb") -> str:
+    """sha256 of a file on an adb device (harness.adb.Device) or an SSH machine (harness.sshlink.SshLink), by
+    its own sha256sum, cached under `where`:serial."""
     code, out, err = device.shell(script(_STAT_SCRIPT, path))
     parts = out.split()
     if code != 0 or len(parts) != 4 or not all(x.isdigit() for x in parts):
-        raise UserError(f"adb device {device.serial}: cannot stat {path} ({(err or out).strip() or f'exit {code}'})")
+        why = (err or out).strip() or f"exit {code}"
+        raise UserError(f"{where} device {device.serial}: cannot stat {path} ({why})")
     ident = tuple(int(x) for x in parts)
 
     def compute() -> str:
         h = device.remote_sha256(path)
         if h is None:
-            raise UserError(f"adb device {device.serial}: sha256sum {path} failed; is the file readable there?")
+            raise UserError(f"{where} device {device.serial}: sha256sum {path} failed; is the file readable there?")
         return h
 
-    server = device.client.name if device.client.name != DEFAULT_SERVER else ""  # a serial is unique per server
-    return cached_sha256(f"adb:{device.serial}" + (f"@{server}" if server else ""), ident, compute)  # type: ignore
+    client = getattr(device, "client", None)  # adb: its server (a serial is unique per server); SSH: none
+    server = client.name if client is not None and client.name != DEFAULT_SERVER else ""
+    return cached_sha256(f"{where}:{device.serial}" + (f"@{server}" if server else ""), ident, compute)  # type: ignore
 
 
 def target_sha256(target, path: str) -> str:
     """sha256 of a file as the target sees it (the local file, or the device's copy)."""
-    if target.kind == "adb":
-        return adb_sha256(target.device, path)
+    if target.kind in ("adb", "ssh"):
+        return adb_sha256(target.device, path, target.kind)
     return local_sha256(Path(path))
 
 
 def model_sha256(target, model_path: str) -> dict[str, str]:
     """File name -> sha256 of the model (every shard of a split model) on the target."""
-    if target.kind == "adb":
+    if target.kind in ("adb", "ssh"):
         return {f.rsplit("/", 1)[-1]: target_sha256(target, f) for f in _target_files(model_path)}
     return {p.name: local_sha256(p) for p in model_files(Path(model_path))}
 
@@ -157,9 +161,10 @@ def source_tree(argv0: list[str]) -> Path | None:
     return Path(out) if p.returncode == 0 and out else None
 
 
-def bmoe_identity(version: str, argv0: list[str]) -> EngineIdentity:
-    """bmoe's version line, the pinned llama.cpp commit, and the commit and state of its source tree."""
-    tree = source_tree(argv0)
+def bmoe_identity(version: str, argv0: list[str], tree: Path | None = None) -> EngineIdentity:
+    """bmoe's version line, the pinned llama.cpp commit, and the commit and state of its source tree (`tree`, else
+    the one its executable loads)."""
+    tree = tree or source_tree(argv0)
     head = _git(tree, "rev-parse", "HEAD") if tree is not None else None
     status = _git(tree, "status", "--porcelain", "--untracked-files=no") if head is not None else None
     return EngineIdentity(version=version, llama_cpp=f"{LLAMA_CPP_COMMIT} (llama-cpp-python {LLAMA_CPP_PYTHON})",
@@ -178,6 +183,10 @@ done"""
 
 def device_fingerprint(target, desc: dict) -> DeviceFingerprint:
     """From the target's description (harness.targets: describe()), plus the build properties over adb."""
+    if target.kind == "ssh":  # a board, or Termux (where getprop answers)
+        return DeviceFingerprint(kind="ssh", soc=desc.get("platform"), android=desc.get("android_release"),
+                                 cpu_model=desc.get("hardware"), kernel=desc.get("kernel"),
+                                 mem_total_mib=desc.get("mem_total_mib"))
     if target.kind != "adb":
         return DeviceFingerprint(kind="local", cpu_model=desc.get("cpu_model"), kernel=desc.get("kernel"),
                                  mem_total_mib=desc.get("mem_total_mib"))
@@ -200,7 +209,9 @@ def campaign_provenance(plan, target, res, desc: dict) -> Provenance:
         kind = c.engine_of(label).kind
         argv0 = res.argv0(label)
         version = res.engines[label].version if label else res.engine_version
-        engines[label or kind] = (bmoe_identity(version, argv0) if kind == "bmoe"
+        # ssh: deployed from the harness's own tree (the run checked its source hash), whatever a venv here loads
+        tree = source_root() if kind == "bmoe" and target.kind == "ssh" else None
+        engines[label or kind] = (bmoe_identity(version, argv0, tree) if kind == "bmoe"
                                   else external_identity(target, version, argv0[0]))
     return Provenance(model_sha256=model_sha256(target, res.model_path), engines=engines,
                       device=device_fingerprint(target, desc))

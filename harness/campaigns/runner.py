@@ -118,6 +118,10 @@ def make_target(plan: Plan) -> Target:
         from harness.targets.local import LocalTarget
 
         return LocalTarget(mem_cap_mib=t.mem_cap_mib, drop_caches=t.drop_caches)
+    if t.kind in ("ssh", "termux"):
+        from harness.targets.ssh import ssh_target
+
+        return ssh_target(t)
     from harness.targets.adb import AdbTarget  # imported only for adb campaigns (adbutils)
 
     return AdbTarget(serial=t.serial)
@@ -177,6 +181,9 @@ def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
 
 def _resolve_engine(e: EngineSpec, c: Campaign, target: Target) -> EngineDesc:
     """One engine staged on the target: its argv0 there and its `--version`."""
+    if e.kind == "bmoe" and hasattr(target, "bmoe_argv0"):  # ssh, termux: the deployed venv, at our version
+        argv0 = target.bmoe_argv0(fix=f"bmoe-bench deploy {c.source}")
+        return EngineDesc(kind=e.kind, argv0=argv0, version=_version_target(target, argv0))
     if e.kind == "bmoe":
         argv0 = [bmoe_executable()]
         return EngineDesc(kind=e.kind, argv0=argv0, version=_version_local(argv0))

@@ -1,6 +1,7 @@
 """`bmoe-bench devices`: the adb devices the adb server sees, their state, and (ready ones) what they are;
 with `--server H:P` (repeatable), every device of every server named, a server that does not answer as
-one line naming it (exit status 1)."""
+one line naming it (exit status 1); with --campaign, the SSH and Termux targets of those campaign files too
+(harness.commands.ssh_devices)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,24 @@ def register(app: typer.Typer) -> None:
         server: list[str] = typer.Option([], "--server", metavar="HOST:PORT", help=(
             "an adb server (repeatable): list every device of every one with model, SoC, RAM, Android "
             "version, fingerprint and state")),
+        campaign: list[str] = typer.Option([], "--campaign", "-c", help=(
+            "Also list the ssh or termux target of this campaign file (repeatable): does it answer, which bmoe "
+            "is deployed there.")),
     ) -> None:
-        """List adb devices and their state (one line each)."""
+        """List adb devices and their state (one line each), and the SSH targets of --campaign files."""
+        extra: list[str] = []
+        if campaign:
+            from harness.commands.ssh_devices import target_lines
+
+            extra = target_lines(campaign, details=long)
         if not server:
-            for line in format_devices(device_summaries(host=host, port=port, details=long), details=long):
+            try:
+                lines = format_devices(device_summaries(host=host, port=port, details=long), details=long)
+            except UserError as e:
+                if not campaign:
+                    raise
+                lines = [f"adb: {e}"]
+            for line in lines + extra:
                 typer.echo(line)
             return
         from harness.adb_client import parse_server
@@ -35,7 +50,7 @@ def register(app: typer.Typer) -> None:
         except ValueError as e:
             raise UserError(f"--server {e}") from None
         found, down = fleet_listing(servers)
-        for line in format_fleet(found):
+        for line in [*format_fleet(found), *extra]:
             typer.echo(line)
         if not found and not down:
             typer.echo("no adb devices on any of these servers")

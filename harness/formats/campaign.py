@@ -20,12 +20,15 @@ from pydantic import (
     Field,
     Tag,
     WrapValidator,
+    model_serializer,
 )
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from harness.formats.campaign_fidelity import FidelitySpec
 from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
-from harness.formats.campaign_types import FlagName, Flags, FlagValue, Label, Value, _check
+from harness.formats.campaign_ssh import SSH_KEYS, ssh_problems
+from harness.formats.campaign_types import FamilyName as _FamilyName
+from harness.formats.campaign_types import FlagName, Flags, Label, Value, _check
 from harness.formats.model_fields import ModelFields, recipe_fields
 
 Loc = tuple[str | int, ...]
@@ -76,13 +79,28 @@ class ModelSource(_Model):
 
 
 class TargetSpec(_Model):
-    kind: Literal["local", "adb"] = Field("local", description="where the engine runs: this machine, or a "
-                                                               "device over adb")
-    serial: str | None = Field(None, description="adb serial (needed when more than one device is attached)")
+    kind: Literal["local", "adb", "ssh", "termux"] = Field("local", description=(
+        "where the engine runs: this machine, a device over adb, a machine over SSH, or a phone's Termux (SSH "
+        "through an adb forward)"))
+    serial: str | None = Field(None, description="adb or termux: the device's serial (needed when more than one "
+                                                 "is attached)")
     mem_cap_mib: int | None = Field(None, ge=16, description="local: a cgroup memory cap per run (page cache "
                                                              "is charged to it)")
     drop_caches: bool = Field(False, description="local, root: drop the page cache before each run")
     evict_model: bool = Field(True, description="local: evict the model file from the page cache before each run")
+    host: str | None = Field(None, description="ssh: host name or address (or a Host of ~/.ssh/config)")
+    port: int | None = Field(None, ge=1, le=65535, description="ssh: port (default 22); termux: Termux's sshd port "
+                                                              "on the phone (default 8022)")
+    user: str | None = Field(None, description="ssh, termux: user name there (default: ssh's)")
+    identity_file: str | None = Field(None, description="ssh, termux: private key (default: ssh's keys and agent)")
+    known_hosts: str | None = Field(None, description="ssh, termux: a known_hosts file of its own (default: ssh's; "
+                                                      "a new host key is trusted on first use, then checked)")
+    dir: str | None = Field(None, description="ssh, termux: the folder there for the deployed venv, staged files "
+                                              "and runs (default ~/bmoe)")
+
+    @model_serializer(mode="wrap")
+    def _ssh_keys_when_set(self, handler):  # unset, they are left out: other targets' plans hash as before
+        return {k: v for k, v in handler(self).items() if k not in SSH_KEYS or v is not None}
 
 
 class EngineArgs(TypedDict, total=False):
@@ -98,7 +116,8 @@ class EngineArgs(TypedDict, total=False):
 
 class EngineSpec(_Model):
     kind: Literal["bmoe", "external"] = Field("bmoe", description=(
-        "bmoe (the installed console script, local only) or external (any executable writing bmoe_metrics CSVs)"))
+        "bmoe (the installed console script; ssh, termux: the one `bmoe-bench deploy` put there) or external "
+        "(any executable writing bmoe_metrics CSVs)"))
     path: str | None = Field(None, description="external: the engine executable on the target")
     push_from: str | None = Field(None, description="external: a local engine binary to stage on the target "
                                                     "(adb: pushed once)")
@@ -183,16 +202,13 @@ def _shorthand(v: object) -> object:
     return {"kind": v} if isinstance(v, str) else v
 
 
-_FamilyName = Annotated[str, _check(r"[a-z0-9][a-z0-9_-]*", "{v!r} must be lower-case letters, digits, '-' or '_'")]
-
-
 class CampaignFile(_Model):
     name: Annotated[str, _check(r"[a-z0-9][a-z0-9_-]*", "{v!r} must be lower-case letters, digits, '-' or '_'")] = (
         Field(description="the campaign name, e.g. name: demo; the folder is bench-data/<date>-<name>/"))
     description: str = Field("", description="one paragraph: the question this campaign answers")
     model: ModelSource = Field(description="model: {path: FILE} or model: {recipe: {shape: tiny}}")
     target: Annotated[TargetSpec, BeforeValidator(_shorthand)] = Field(
-        default_factory=TargetSpec, description="where to run: {kind: local|adb, ...}, or just local")
+        default_factory=TargetSpec, description="where to run: {kind: local|adb|ssh|termux, ...}, or just local")
     engine: Annotated[EngineSpec, BeforeValidator(_shorthand)] = Field(
         default_factory=EngineSpec, description="what to run: {kind: bmoe|external, path, push_from, args}")
     engines: dict[Label, Annotated[EngineEntry, BeforeValidator(_shorthand)]] | None = Field(None, description=(
@@ -260,7 +276,7 @@ class CampaignFile(_Model):
                 out += [(loc + (k,), f"engines.{label}.{k}: bmoe's flags are the campaign's own")
                         for k in ("args", "spell") if k in e.model_fields_set]
                 if self.target.kind == "adb":
-                    out.append((loc, f"engines.{label}: bmoe runs where Python runs (target local)"))
+                    out.append((loc, f"engines.{label}: bmoe runs where Python runs (target local, ssh or termux)"))
             varied = {f for loc_, f in self._flag_uses() if loc_[0] in ("axes", "cells")}
             out += [(loc + ("flags", f), f"engines.{label}.flags: {f} is varied by the campaign; an engine's own "
                                          f"flags pin what the cells leave alone") for f in e.flags if f in varied]
@@ -286,12 +302,13 @@ class CampaignFile(_Model):
                     for k in ("path", "push_from") if getattr(e, k) is not None]
             if "args" in e.model_fields_set:
                 out.append((("engine", "args"), "engine.args is for external engines; bmoe's flags are fixed"))
+        if t.kind != "local" and (t.mem_cap_mib is not None or t.drop_caches):
+            out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
+        out += ssh_problems(t)
         if t.kind == "adb":
-            if t.mem_cap_mib is not None or t.drop_caches:
-                out.append((("target",), "mem_cap_mib and drop_caches apply to target local only"))
             if e.kind == "bmoe" and self.engines is None:
                 out.append((("engine",) if "engine" in self.model_fields_set else ("target",),
-                            "engine bmoe runs where Python runs (target local); on a phone use "
+                            "engine bmoe runs where Python runs (target local, ssh or termux); over adb use "
                             "engine: {kind: external, path: /data/local/tmp/bmoe/bmoe-cli}"))
             if m.recipe is not None:
                 out.append((("model",), "a model recipe generates a local file: use target local, or give the "
@@ -378,10 +395,3 @@ class CampaignFile(_Model):
         uses += [(("engines", label, "flags", f), f) for label, e in (self.engines or {}).items()
                  if e.kind == "bmoe" for f in e.flags]
         return uses
-
-
-def render_value(v: FlagValue) -> str:
-    """A flag value as cell labels show it: on, off, or the value."""
-    if v is True:
-        return "on"
-    return "off" if v is None or v is False else str(v)

@@ -34,3 +34,13 @@ FlagName = Annotated[str, _check(r"-[A-Za-z]|--[A-Za-z0-9][A-Za-z0-9_-]*",
 Value = Annotated[FlagValue, PlainValidator(_scalar)]
 Flags = dict[FlagName, Value]
 Label = Annotated[str, _check(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", "label {v!r} must be a word (letters, digits, _ . + -)")]
+
+# a campaign family's name (`family:`): it names reports/<family>.md, so a plain name
+FamilyName = Annotated[str, _check(r"[a-z0-9][a-z0-9_-]*", "{v!r} must be lower-case letters, digits, '-' or '_'")]
+
+
+def render_value(v: FlagValue) -> str:
+    """A flag value as cell labels show it: on, off, or the value."""
+    if v is True:
+        return "on"
+    return "off" if v is None or v is False else str(v)

@@ -227,9 +227,9 @@ class EngineIdentity(Record):
 
 class DeviceFingerprint(Record):
     """What the device is, as far as a result depends on it (v3). adb: the build fingerprint, SoC, RAM and
-    Android version; local: the CPU model and kernel."""
+    Android version; local and ssh: the CPU model and kernel (ssh on Termux: Android's SoC and version too)."""
 
-    kind: Literal["local", "adb"]
+    kind: Literal["local", "adb", "ssh"]
     fingerprint: str | None = None  # adb: ro.build.fingerprint
     soc: str | None = None  # adb: ro.soc.model, else ro.board.platform
     android: str | None = None  # adb: ro.build.version.release

@@ -1,5 +1,5 @@
 """The manifest's description of the target a campaign ran on (`target`, harness.formats.manifest), as the
-target describes itself: a local machine or an adb device, each with the keys it knows."""
+target describes itself: a local machine, an adb device or an SSH machine, each with the keys it knows."""
 
 from __future__ import annotations
 
@@ -49,4 +49,25 @@ class AdbTargetDesc(Record):
     server: str | None = None  # the adb server it was reached through, host:port
 
 
-TargetDesc = Annotated[LocalTargetDesc | AdbTargetDesc, Field(discriminator="kind")]
+class SshTargetDesc(Record):
+    """A machine over SSH (an ARM board, or a phone's Termux: then `via` names the adb forward and the Android
+    fields are what getprop answered)."""
+
+    kind: Literal["ssh"]
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    via: str | None = None
+    kernel: str | None = None
+    hardware: str | None = None
+    cpus: int | None = None
+    mem_total_mib: float | None = None
+    model: str | None = None
+    android_release: str | None = None
+    platform: str | None = None
+    abi: str | None = None
+    dir: str | None = None
+    dir_free_mib: int | None = None
+
+
+TargetDesc = Annotated[LocalTargetDesc | AdbTargetDesc | SshTargetDesc, Field(discriminator="kind")]

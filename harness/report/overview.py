@@ -227,8 +227,9 @@ def summarize(name: str, data: CampaignData, res: Results, kld: dict[int, str] |
     tgt = m.target
     cap = getattr(tgt, "mem_cap_mib", None)
     model = model_of(data, res)
+    who = getattr(tgt, "serial", None) or getattr(tgt, "host", None) or ""
     where = (f"this machine ({getattr(tgt, 'cpus', None)} CPUs, {getattr(tgt, 'cpu_model', None)})"
-             if tgt.kind == "local" else f"{tgt.kind} device {getattr(tgt, 'serial', None) or ''}".strip())
+             if tgt.kind == "local" else f"{tgt.kind} device {who}".strip())
     commit = (m.harness.commit or "?")[:12]
     runs = f"{res.precision.rounds} runs (until precise)" if res.precision else f"{p.repeats} runs"
     note = (f"{len(data.cells)} cells x {runs} of {p.tokens} tokens (first "

@@ -1,6 +1,7 @@
 """What the campaign runner needs from a place that runs engines: the `Target` protocol and the
 `RunOutcome` of one run. Implementations: `LocalTarget` (a subprocess here, optionally under a cgroup
-memory cap) and `AdbTarget` (an Android device, or any adbd, over adbutils).
+memory cap), `AdbTarget` (an Android device, or any adbd, over adbutils) and `SshTarget` (a machine over
+SSH, or a phone's Termux through an adb forward: harness.targets.ssh).
 
 Contract for callers (the runner):
 - `stage(path, kind)` once per file before the runs; it returns the path to put in argv.
@@ -52,7 +53,7 @@ class RunOutcome:
 
 @runtime_checkable
 class Target(Protocol):
-    kind: str  # "local" | "adb"
+    kind: str  # "local" | "adb" | "ssh" (termux too)
 
     def describe(self) -> dict:
         """Host or device description for the manifest (JSON-serialisable)."""

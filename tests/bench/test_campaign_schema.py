@@ -39,7 +39,7 @@ def test_all_problems_are_listed_in_line_order(tmp_path):
     p = write(tmp_path, GOOD.replace("repeats: 2", "repeats: 0").replace("kind: local", "kind: phone"))
     lines = errors(p)
     assert [ln.split(":")[1] for ln in lines] == ["3", "8"]
-    assert "target.kind must be one of local, adb, got 'phone'" in lines[0]
+    assert "target.kind must be one of local, adb, ssh, termux, got 'phone'" in lines[0]
     assert "repeats must be >= 1" in lines[1]
 
 

@@ -97,7 +97,7 @@ def test_later_arguments_win(good):
     ("target.mem_cap=4", "--set target.mem_cap=4: unknown key 'mem_cap' in target (did you mean 'mem_cap_mib'?)"),
     ("tokens=lots", "--set tokens=lots: tokens must be an integer, got a string 'lots'"),
     ("repeats=0", "--set repeats=0: repeats must be >= 1, got 0"),
-    ("target.kind=phone", "--set target.kind=phone: target.kind must be one of local, adb, got 'phone'"),
+    ("target.kind=phone", "--set target.kind=phone: target.kind must be one of local, adb, ssh, termux, got 'phone'"),
     ("flags.cache-mb=0", "--set flags.cache-mb=0: flags: 'cache-mb' is not an engine flag; write it as the "
                          "engine does, e.g. -t or --cache-mb"),
     ("flags.--io-threads=0", "--set flags.--io-threads=0: cell base: the engine would refuse it: bmoe: "
