@@ -29,6 +29,8 @@ from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problem
 from harness.formats.campaign_ssh import SSH_KEYS, ssh_problems
 from harness.formats.campaign_types import FamilyName as _FamilyName
 from harness.formats.campaign_types import FlagName, Flags, Label, Value, _check
+from harness.formats.campaign_types import FlagValue as FlagValue  # re-exported
+from harness.formats.campaign_types import render_value as render_value  # re-exported
 from harness.formats.model_fields import ModelFields, recipe_fields
 
 Loc = tuple[str | int, ...]
