@@ -93,7 +93,11 @@ binfmt_flags="$(sed -n 's/^flags: *//p' "$bf/qemu-aarch64")"
 rootfs="$cache/rootfs"
 pkgs="python3,python3-venv,python3-dev,gcc,libc6-dev,ca-certificates"
 rstamp="debootstrap --arch=arm64 --variant=minbase --include=$pkgs $suite"
-if [ "$(cat "$cache/rootfs.stamp" 2>/dev/null)" != "$rstamp" ] || [ ! -x "$rootfs/usr/bin/python3" ]; then
+ensure_rootfs() {
+  if [ "$(cat "$cache/rootfs.stamp" 2>/dev/null)" = "$rstamp" ] && [ -x "$rootfs/usr/bin/python3" ]; then
+    timing rootfs-seconds "$(cat "$cache/rootfs.seconds") s, reused from an earlier run"
+    return
+  fi
   echo "arm-gates: creating the arm64 root file system ($rstamp)"
   rm -rf "$rootfs" "$cache/rootfs.stamp" "$cache/rootfs.seconds"
   t=$(date +%s)
@@ -103,16 +107,8 @@ if [ "$(cat "$cache/rootfs.stamp" 2>/dev/null)" != "$rstamp" ] || [ ! -x "$rootf
   fi
   since "$t" >"$cache/rootfs.seconds"
   echo "$rstamp" >"$cache/rootfs.stamp"
-  rootfs_built="built by this run"
-else
-  rootfs_built="reused from an earlier run"
-fi
-timing rootfs-seconds "$(cat "$cache/rootfs.seconds") ($rootfs_built)"
-# an interpreter registered without the F flag is looked up inside the chroot
-for f in /usr/bin/qemu-aarch64-static "$interp"; do
-  mkdir -p "$rootfs$(dirname "$f")" && cp -f "$f" "$rootfs$f"
-done
-cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
+  timing rootfs-seconds "$(cat "$cache/rootfs.seconds") s, built by this run"
+}
 
 # ---- llama-cpp-python for arm64, cross-compiled with setup.sh's flags -----------------------------------------
 version="$(sed -n 's/^ *"llama-cpp-python==\([^"]*\)".*/\1/p' "$repo/pyproject.toml" | head -n1)"
@@ -124,7 +120,11 @@ cross+=" -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DGGML_NATIVE=OFF -DGGML_CPU
 wstamp="llama-cpp-python==$version $base $cross"
 wheels="$cache/wheels"
 wheel() { compgen -G "$wheels/llama_cpp_python-$version-*linux_aarch64.whl" | head -n1; }
-if [ "$(cat "$wheels/stamp" 2>/dev/null)" != "$wstamp" ] || [ -z "$(wheel)" ]; then
+ensure_wheel() {
+  if [ "$(cat "$wheels/stamp" 2>/dev/null)" = "$wstamp" ] && [ -n "$(wheel)" ]; then
+    timing wheel-build-seconds "$(cat "$wheels/build.seconds") s, reused from an earlier run"
+    return
+  fi
   echo "arm-gates: cross-compiling llama-cpp-python $version for arm64 ($(aarch64-linux-gnu-g++ --version | head -n1))"
   "$py" -m pip --version >/dev/null 2>&1 || die "$py has no pip (the wheel is built with it): set PYTHON=/path/to/python3"
   rm -rf "$wheels" && mkdir -p "$wheels"
@@ -148,11 +148,19 @@ sys.exit(1 if bad or not libs else 0)
 EOF
   since "$t" >"$wheels/build.seconds"
   echo "$wstamp" >"$wheels/stamp"
-  wheel_built="built by this run"
-else
-  wheel_built="reused from an earlier run"
-fi
-timing wheel-build-seconds "$(cat "$wheels/build.seconds") ($wheel_built)"
+  timing wheel-build-seconds "$(cat "$wheels/build.seconds") s, built by this run"
+}
+# side by side: debootstrap waits on the network and the emulator, the wheel build on the compiler
+ensure_rootfs & rootfs_pid=$!
+ensure_wheel & wheel_pid=$!
+rootfs_rc=0; wait "$rootfs_pid" || rootfs_rc=$?
+wheel_rc=0; wait "$wheel_pid" || wheel_rc=$?
+[ "$rootfs_rc" -eq 0 ] && [ "$wheel_rc" -eq 0 ] || die "the root file system or the wheel could not be made (see above)"
+# an interpreter registered without the F flag is looked up inside the chroot
+for f in /usr/bin/qemu-aarch64-static "$interp"; do
+  mkdir -p "$rootfs$(dirname "$f")" && cp -f "$f" "$rootfs$f"
+done
+cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
 
 # ---- the project, from this commit's files, installed by its own setup.sh inside ------------------------------
 in_rootfs() {  # bash -c "$1" inside the root file system, in a private mount namespace (its mounts die with it)
@@ -218,14 +226,14 @@ $(date -u '+%F %H:%M') UTC. Raw: \`arm-gates.log\` (the whole run), \`junit.xml\
   for each architecture the registry lists as covered, streamed == resident with the cache off and with a cache
   small enough to evict on 2 reader lanes, and the wrong-expert negative control where its gate module has one;
   the compiled and Python read lanes; \`--prefetch 1\` and \`--predict-prefetch\` with their negative control.
-- An arm64 Debian $suite root file system (\`debootstrap --variant=minbase\`, $(cut -d' ' -f1 <<<"$(timing_get rootfs-seconds)") s, ${rootfs_built}),
+- An arm64 Debian $suite root file system (\`debootstrap --variant=minbase\`: $(timing_get rootfs-seconds)),
   run through binfmt_misc by $(/usr/bin/qemu-aarch64-static --version | head -n1) (user-mode emulation: the
   guest's instructions translated, the host's Linux kernel answering its system calls), CPU model \`$qemu_cpu\`.
 - Inside it the project was installed from this commit's files (\`git archive\`) by its own \`scripts/setup.sh\`
   (the C helpers compiled by the root file system's gcc), with llama-cpp-python $version from a wheel
   cross-compiled on the x86-64 host by $(aarch64-linux-gnu-g++ --version | head -n1) with setup.sh's flags
   (\`-DGGML_LLAMAFILE=OFF\`) and \`-DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=$march\`
-  ($(cut -d' ' -f1 <<<"$(timing_get wheel-build-seconds)") s, ${wheel_built}). Compiling llama.cpp inside the emulator would have run every compiler
+  ($(timing_get wheel-build-seconds)). Compiling llama.cpp inside the emulator would have run every compiler
   instruction translated; the cross compiler builds the same arm64 code at native speed.
 - ARM, not x86: inside, \`uname -m\` said aarch64 and llama.cpp's system info said:
   \`$(sed -n 's/^llama.cpp system info: //p' "$out/system-info.txt")\`
