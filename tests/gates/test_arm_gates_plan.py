@@ -4,6 +4,7 @@ test pytest collects; and the table of a run is counted from a real pytest run's
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,10 @@ def test_the_script_parses_and_says_what_it_needs() -> None:
     assert p.returncode == 0 and "arm-gates.sh" in p.stdout and "--smoke" in p.stdout
     p = subprocess.run(["bash", str(script), "--bogus"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and p.stderr.strip().splitlines() == ["arm-gates: unknown option --bogus; see --help"]
+    # not root: refused before anything is installed, mounted or downloaded (as root: dropped to nobody, who is
+    # given the script on its standard input, as the clone may be in a folder nobody cannot read)
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    p = subprocess.run([*drop, "bash", "-s", "--", "--smoke"], input=script.read_text(), cwd="/",
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and p.stderr.strip().splitlines() == [
+        "arm-gates: needs root (debootstrap, chroot, mounts, binfmt_misc): run it as root"]
