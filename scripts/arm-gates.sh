@@ -117,6 +117,7 @@ base="$(sed -n 's/^export CMAKE_ARGS="\${CMAKE_ARGS:-\(.*\)}"$/\1/p' "$repo/scri
 [[ "$base" == *GGML_LLAMAFILE=OFF* ]] || die "could not read setup.sh's CMAKE_ARGS (with -DGGML_LLAMAFILE=OFF)"
 cross="-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc"
 cross+=" -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH=$march"
+cross+=" -DLLAMA_CURL=OFF"  # model downloads only: never link the host's x86-64 libcurl into arm64 code
 wstamp="llama-cpp-python==$version $base $cross"
 wheels="$cache/wheels"
 wheel() { compgen -G "$wheels/llama_cpp_python-$version-*linux_aarch64.whl" | head -n1; }
