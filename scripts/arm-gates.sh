@@ -158,7 +158,7 @@ rootfs_rc=0; wait "$rootfs_pid" || rootfs_rc=$?
 wheel_rc=0; wait "$wheel_pid" || wheel_rc=$?
 [ "$rootfs_rc" -eq 0 ] && [ "$wheel_rc" -eq 0 ] || die "the root file system or the wheel could not be made (see above)"
 # an interpreter registered without the F flag is looked up inside the chroot
-for f in /usr/bin/qemu-aarch64-static "$interp"; do
+for f in /usr/bin/qemu-aarch64-static ${interp:+"$interp"}; do
   mkdir -p "$rootfs$(dirname "$f")" && cp -f "$f" "$rootfs$f"
 done
 cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
