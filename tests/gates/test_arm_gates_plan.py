@@ -77,3 +77,9 @@ def test_the_script_parses_and_says_what_it_needs() -> None:
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 1 and p.stderr.strip().splitlines() == [
         "arm-gates: needs root (debootstrap, chroot, mounts, binfmt_misc): run it as root"]
+
+
+def test_each_modules_gates_run_together() -> None:
+    """A module's fixtures (its generated models) are set up once only if its tests are not split by another's."""
+    modules = [n.split("::")[0] for n in nodes()]
+    assert all(m not in modules[:i] or modules[i - 1] == m for i, m in enumerate(modules)), modules

@@ -87,10 +87,13 @@ def groups(smoke: bool = False) -> dict[str, tuple[str, ...]]:
 
 
 def nodes(smoke: bool = False) -> list[str]:
+    """Each module's node ids together (in the order modules first appear): pytest sets a module's fixtures (its
+    generated models, their resident runs) up again each time its tests resume after another module's."""
     seen: dict[str, None] = {}
     for ids in groups(smoke).values():
         seen.update(dict.fromkeys(ids))
-    return list(seen)
+    modules = list(dict.fromkeys(n.split("::")[0] for n in seen))
+    return sorted(seen, key=lambda n: modules.index(n.split("::")[0]))
 
 
 # ---- the run's results (JUnit XML, as pytest --junitxml writes it) --------------------------------------------
