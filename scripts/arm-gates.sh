@@ -162,6 +162,10 @@ for f in /usr/bin/qemu-aarch64-static ${interp:+"$interp"}; do
   mkdir -p "$rootfs$(dirname "$f")" && cp -f "$f" "$rootfs$f"
 done
 cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
+# pip inside trusts what the host trusts (a host behind a TLS-intercepting proxy has its CA there, not in Debian's)
+ca=/etc/ssl/certs/ca-certificates.crt
+[ -f "$ca" ] || die "$ca is missing: apt-get install ca-certificates"
+mkdir -p "$rootfs/opt/host" && cp -L "$ca" "$rootfs/opt/host/ca-certificates.crt"
 
 # ---- the project, from this commit's files, installed by its own setup.sh inside ------------------------------
 in_rootfs() {  # bash -c "$1" inside the root file system, in a private mount namespace (its mounts die with it)
@@ -170,6 +174,7 @@ in_rootfs() {  # bash -c "$1" inside the root file system, in a private mount na
     mount -t proc proc "$r/proc" && mount -t sysfs sysfs "$r/sys" && mount --rbind /dev "$r/dev" || exit 1
     exec chroot "$r" /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
       QEMU_CPU="$1" PIP_FIND_LINKS=/opt/wheels PIP_ONLY_BINARY=llama-cpp-python PIP_NO_CACHE_DIR=1 \
+      PIP_CERT=/opt/host/ca-certificates.crt SSL_CERT_FILE=/opt/host/ca-certificates.crt \
       PIP_DISABLE_PIP_VERSION_CHECK=1 /bin/bash -c "$2"' sh "$rootfs" "$qemu_cpu" "$1"
 }
 dst="$rootfs/opt/bmoe"
