@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from harness.formats.folder import MANIFEST
 from harness.formats.manifest import load_manifest, save_manifest
 from harness.targets.sim import SimTarget
 
@@ -105,7 +106,7 @@ def measure(devices: int, runs: int, run_s: float, *, sequential: bool = False) 
         ends = [_epoch(r.end) for r in m.runs if r.end]
         phase = max(ends) - min(starts)
         n = len(m.runs)
-        size = (folder / "manifest.json").stat().st_size
+        size = (folder / MANIFEST).stat().st_size
         load_s = _best(lambda: load_manifest(folder))
         save_s = _best(lambda: save_manifest(folder, m))
         return {

@@ -281,7 +281,7 @@ def parse_metrics(text: str, path: str = "<text>") -> Metrics:
         raise UserError(f"{path}: no {missing[0]} column: not a bmoe_metrics CSV")
     num = [c for c in df.columns if c not in KEEP_MINUS_ONE and pd.api.types.is_numeric_dtype(df[c])]
     if num:  # -1 (unmeasured) -> NaN, every numeric column at once (column by column it was half a run's harness time)
-        vals = df[num].to_numpy(dtype=float)
+        vals = df[num].to_numpy(dtype=float, copy=True)
         vals[vals == -1] = np.nan
         df[num] = vals
     return Metrics(path=path, format=fmt, meta=meta, rows=df, summaries=summaries, cut_last_row=cut)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.campaigns.pagecache import evict_model_files
 from harness.errors import UserError
+from harness.formats.folder import METRICS_FILE
 from harness.memcap.search import RunFacts
 from harness.memcap.smaps import breakdown, cgroup_charge, parse_kv_kb, parse_memory_stat, parse_smaps
 from harness.targets.cgroup import CappedCgroup, locate_self
@@ -133,7 +134,7 @@ def run_capped(argv: list[str], cap_mib: int, *, timeout_s: float, warmup: int, 
         evict_model_files(p)
     with tempfile.TemporaryDirectory(prefix=f"bmoe-mincap-{os.getpid()}-") as tmp, \
             CappedCgroup(locate_self(), cap_mib) as cg:
-        csv_path, err_path = Path(tmp) / "metrics.csv", Path(tmp) / "stderr.txt"
+        csv_path, err_path = Path(tmp) / METRICS_FILE, Path(tmp) / "stderr.txt"
         with open(err_path, "wb") as err:
             t0 = time.monotonic()
             try:

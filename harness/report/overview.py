@@ -248,6 +248,9 @@ def summarize(name: str, data: CampaignData, res: Results, kld: dict[int, str] |
             f.rows.append(row)
     elif model is not None:
         f.rows = [cell_row(c, model, cap, name) for c in res.cells]
+        for pc, row in zip(data.cells, f.rows, strict=True):  # a compare fleet: each row names its device
+            if getattr(pc, "device", None):
+                row.setup = f"{pc.device}: {row.setup}"
     if model is not None and kld:
         for c, row in zip(res.cells, f.rows, strict=True):
             row.kld = kld.get(c.index, "")

@@ -49,4 +49,6 @@ def test_an_unreachable_server_is_named_and_no_server_is_started(monkeypatch):
 def test_nothing_in_the_harness_forwards_a_port():
     calls = re.compile(r"\.forward(_port|_list)?\(|\.reverse\([^)]")  # a list's .reverse() is no adb call
     users = [str(p.relative_to(REPO)) for p in (REPO / "harness").rglob("*.py") if calls.search(p.read_text())]
-    assert users == []
+    # the one exception: a Termux target forwards through the harness machine's own adb server (its serial, no
+    # server key), where forward_port's free local port is on the right host
+    assert users == ["harness/targets/termux.py"]

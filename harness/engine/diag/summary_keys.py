@@ -9,6 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from harness.formats.folder import METRICS_FILE
 from harness.formats.metrics_csv import read_metrics
 
 KEYS = ("lanes_sys_ms_per_mib", "lanes_sys_ms", "releaser_cpu_ms", "main_cpu_ms", "vmas", "max_map_count",
@@ -20,7 +21,7 @@ def cells(folder: Path) -> dict[str, list[dict[str, float]]]:
     """cell id -> the last summary of each of its runs that finished."""
     out: dict[str, list[dict[str, float]]] = {}
     for run in sorted(p for p in (folder / "runs").iterdir() if p.is_dir() and not p.name.startswith(".")):
-        csv = run / "metrics.csv"
+        csv = run / METRICS_FILE
         if csv.is_file():
             out.setdefault(run.name.split("-")[-1], []).append(read_metrics(csv).summary())
     return out
