@@ -8,6 +8,7 @@ nothing when they match. A run refuses a target whose stamp is missing or names 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -74,14 +75,14 @@ def source_archive(dest_dir: Path) -> Path:
     root = source_root()
     out = Path(dest_dir) / f"bmoe-{__version__}.tar.gz"  # pip checks the name's version against the metadata
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in source_files(root):
             data = (root / rel).read_bytes()
             info = tarfile.TarInfo(f"bmoe-{__version__}/{rel}")
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))
     tmp = out.with_name(out.name + ".part")
-    tmp.write_bytes(buf.getvalue())
+    tmp.write_bytes(gzip.compress(buf.getvalue(), compresslevel=6, mtime=0))  # tarfile's "w:gz" stamps the time
     tmp.replace(out)
     return out
 

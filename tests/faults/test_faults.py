@@ -27,7 +27,7 @@ from tests.helpers.faults import (
     manifest_runs,
     start,
 )
-from tests.helpers.runner import campaign, finished, wait_for
+from tests.helpers.runner import campaign, wait_for
 
 # ---- 1. two runners, one folder --------------------------------------------------------------------------------
 
@@ -72,14 +72,15 @@ def test_two_runners_started_together_one_runs_the_other_is_refused(tmp_path):
 # ---- 5. true messages -------------------------------------------------------------------------------------------
 
 def test_the_resume_hint_after_sigterm_is_the_whole_command_and_it_resumes(tmp_path):
-    p = campaign(tmp_path, repeats=2, sleep_ms=150)
+    p, gate = held(tmp_path, repeats=2)  # its first run waits at the gate: the signal lands mid-campaign
     out = tmp_path / "bd"
     a = start("run", p, "--out", out, "--set", "tokens=6")
-    folder = wait_for(lambda: (folders(out) or [None])[0])
-    wait_for(lambda: finished(folder))
+    folder = wait_for(lambda: (folders(out) or [None])[0], timeout=120)
+    wait_for(lambda: in_flight(folder), timeout=120)
     a.send_signal(signal.SIGTERM)
     _, err = a.communicate(timeout=60)
-    assert a.returncode == 130
+    gate.touch()
+    assert a.returncode == 130, err
     line = error_line(err)
     cmd = line.split("`")[1]
     assert cmd == f"bmoe-bench run {p} --out {out} --set tokens=6", line
