@@ -191,6 +191,11 @@ class Deployer:
                             "scripts/setup.sh (it rebuilds it without), or deploy with --from target")
 
         dists = runtime_closure()
+        tool = {d.metadata["Name"].lower(): d.version for d in dists}
+        if int((tool.get("setuptools") or "0").split(".")[0]) < 77 or "wheel" not in tool:
+            raise UserError(f"deploy: the harness's build tools (setuptools {tool.get('setuptools', 'missing')}, wheel "
+                            f"{tool.get('wheel', 'missing')}) cannot build bmoe (pyproject.toml needs setuptools>=77 "
+                            "and wheel); run scripts/setup.sh (it installs them)")
         t = time.monotonic()
         wheels = [pack(d) for d in dists]
         self.say(f"deploy: {len(wheels)} wheels from the harness's environment ({time.monotonic() - t:.1f} s to "

@@ -17,9 +17,13 @@ fi
 # order than ggml_vec_dot, which takes the 1-column matmul of a single-token decode; without it a verify batch
 # (--ngram, --mtp) gives the logits one-token decoding gives, bit for bit (tests/gates/test_batch_exact.py)
 export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_LLAMAFILE=OFF}"
-if ! .venv/bin/python -c 'import llama_cpp, harness' 2>/dev/null || [ pyproject.toml -nt .venv/.bmoe-installed ]; then
+# the build tools pyproject.toml's [build-system] names go into the venv too: `bmoe-bench deploy` copies the harness's
+# own setuptools and wheel to a target and builds bmoe there without isolation (a venv's bundled setuptools 65 cannot
+# read pyproject.toml's license string)
+tools_ok() { .venv/bin/python -c 'import setuptools, wheel, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null; }
+if ! .venv/bin/python -c 'import llama_cpp, harness' 2>/dev/null || [ pyproject.toml -nt .venv/.bmoe-installed ] || ! tools_ok; then
   echo "setup: installing dependencies (the first llama-cpp-python build takes ~10 minutes)" >&2
-  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch .venv/.bmoe-installed
 fi

@@ -136,7 +136,24 @@ def _kill_group(proc: subprocess.Popen, cg: CappedCgroup | None) -> None:
     _signal_group(proc.pid, signal.SIGKILL)
     if cg is not None:
         cg.kill_all()
-    proc.wait()
+    _reap(proc)
+
+
+def _reap(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Wait for a killed child. Popen.wait(timeout) takes its internal lock with acquire(False) before its
+    try/finally: a Ctrl-C landing between the two leaves the lock held for good, and a later untimed wait()
+    then blocks forever (seen in CI: a runner hung after SIGINT with its engine a zombie). A timed wait
+    cannot hang on it; past the grace the child (SIGKILLed, so gone) is reaped with waitpid directly."""
+    try:
+        proc.wait(grace_s)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        _, status = os.waitpid(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    except ChildProcessError:  # reaped meanwhile
+        pass
 
 
 class LocalTarget:

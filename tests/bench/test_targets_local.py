@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -154,3 +155,21 @@ def test_describe_and_sample_state_have_the_agreed_keys():
         assert k in s
     assert s["mem_available_mib"] > 0  # /proc/meminfo always exists on Linux
     assert abs(s["t"] - time.time()) < 5
+
+
+def test_killing_an_engine_does_not_hang_on_a_wait_lock_a_ctrl_c_left_held(tmp_path):
+    """Popen.wait(timeout) takes its lock before its try/finally; a Ctrl-C between the two leaves it held (a
+    runner hung so in CI after SIGINT). The lock held here is that state; the kill must still reap the child."""
+    from harness.targets import local
+
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    assert proc._waitpid_lock.acquire(False)  # as the interrupted wait(timeout) left it
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (local._kill_group(proc, None), done.set()), daemon=True)
+    t.start()
+    try:
+        assert done.wait(30), "the kill hung on Popen's wait lock"
+        assert proc.returncode == -signal.SIGTERM
+    finally:
+        if not done.is_set():
+            os.kill(proc.pid, signal.SIGKILL)
