@@ -1,8 +1,8 @@
 """Try seeds for one of ARCH_SPECS' tiny models (tests/helpers/arch_specs.py): for each, generate the model with that
 seed and run the gates' resident reference as tests/gates/test_arch_gates.py's `resident` fixture runs it (plain
 `bmoe`, no hook, N greedy tokens, 2 threads), then print its tokens and whether the gates could use it. Run it on
-every machine the gates must pass on (x86-64; arm64 inside scripts/arm-gates.sh's root file system) and keep a seed
-all of them accept:
+every machine the gates must pass on (x86-64; arm64 in scripts/arm-gates.sh's root file system: `scripts/arm-rerun.sh
+seeds NAME SEED...`) and keep a seed all of them accept:
 
     python -m tests.helpers.arch_seeds granitemoe 32 40-47
 
