@@ -3,8 +3,8 @@
 # scripts/arm-gates.sh built and keeps in its cache, without that script's setup.sh inside (~15 minutes emulated).
 # This commit's files go to /opt/bmoe beside the venv an earlier arm-gates.sh run's setup.sh made there (so only while
 # pyproject.toml's dependencies are unchanged since that run: else run arm-gates.sh), and the C helpers are compiled
-# inside by the root file system's gcc (setup.py build_ext --inplace, without pyproject.toml). The same chroot, mounts and environment as
-# arm-gates.sh's in_rootfs. For a record with the commit, results and findings, run arm-gates.sh itself.
+# inside by the root file system's gcc (setup.py build_ext --inplace, without pyproject.toml). The same chroot, mounts
+# and environment as arm-gates.sh's in_rootfs. For a record with the commit, results and findings: arm-gates.sh.
 #
 #   scripts/arm-rerun.sh sync               this commit's files into the root file system, C helpers built inside
 #   scripts/arm-rerun.sh build              the C helpers again, inside
@@ -14,7 +14,10 @@
 #   scripts/arm-rerun.sh sh 'COMMAND'       any command inside, in /opt/bmoe
 # Root; nice 19 and the idle I/O class, as arm-gates.sh.
 set -euo pipefail
-case "${1:-}" in sync|build|update|seeds|pytest|sh) ;; *) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 2 ;; esac
+case "${1:-}" in
+  sync|build|update|seeds|pytest|sh) ;;
+  *) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 2 ;;
+esac
 repo="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 cache="${BMOE_ARM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bmoe/arm64}"
 rootfs="$cache/rootfs"
