@@ -34,7 +34,7 @@ from typing import TextIO
 import adbutils
 from adbutils import AdbDevice
 
-from harness import devstate
+from harness import devstate, interrupts
 from harness.adb_client import ServerClient
 from harness.adb_parse import choose_serial, file_sha256, last_line, one_line, parse_df_available_kib, parse_sha256
 from harness.adb_shell import (
@@ -293,6 +293,7 @@ class Device:
             while stream.exit_code is None:
                 if self.stop.is_set():
                     raise KeyboardInterrupt
+                interrupts.check()
                 if pid is None and time.monotonic() - t0 > 0.2:
                     pid = self._read_pid(pidfile)
                 if time.monotonic() > deadline:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from harness import interrupts
 from harness.errors import ResourceError, UserError
 
 
@@ -199,7 +200,11 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
     fatal: BaseException | None = None
     try:
         while running:
-            batch = [events.get()]
+            try:
+                batch = [events.get(timeout=0.5)]
+            except queue.Empty:
+                interrupts.check()
+                continue
             while True:
                 try:
                     batch.append(events.get_nowait())

@@ -74,30 +74,26 @@ def run(
     """Run (or resume) a campaign: one engine process per run, raw files under OUT/<date>-<name>/,
     then the report. Exit status 1 if any run failed. --set overrides are part of the plan: the same
     command (same --set arguments) resumes the folder; other ones start a new folder."""
-    import signal
-
+    from harness import interrupts
     from harness.campaigns.runner import run_campaign
-    from harness.report.build import write_report
-
-    def _term(signum: int, frame: object) -> None:  # SIGTERM stops a campaign as cleanly as Ctrl-C
-        raise KeyboardInterrupt
-
     from harness.campaigns.shard import Shard
     from harness.formats.files import DiskFull
+    from harness.report.build import write_report
 
     part = Shard.parse(shard) if shard is not None else None
     resume = resume_command(file, out, set_) + (f" --shard {part}" if part else "")
-    old = signal.signal(signal.SIGTERM, _term)
+    restore = interrupts.install()  # SIGTERM stops a campaign as cleanly as Ctrl-C, and neither is lost
     try:
         res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_,
                            shard=part)
     except KeyboardInterrupt:
+        interrupts.handled()
         raise Interrupted(f"interrupted: finished runs are kept; run `{resume}` to continue") from None
     except DiskFull as e:
         raise DiskFull(f"{e.head}; free space there and run `{resume}` to continue (finished runs are "
                        f"kept)") from None
     finally:
-        signal.signal(signal.SIGTERM, old)
+        restore()
     if not no_report and res.n_ok > 0:
         try:
             write_report(res.folder)

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from harness import devstate
+from harness import devstate, interrupts
 from harness.errors import UserError
 from harness.formats.files import copy_file, disk_full, free_bytes, is_disk_full
 from harness.targets.base import LineCallback, RunOutcome, exit_reason
@@ -292,7 +292,7 @@ class LocalTarget:
                         proc.wait(min(left, 0.25))
                         break
                     except subprocess.TimeoutExpired:
-                        continue
+                        interrupts.check()
             except BaseException:  # KeyboardInterrupt (or anything else): leave nothing running
                 _kill_group(proc, cg)
                 pumps.join(2.0)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from harness import interrupts
 from harness.adb import ShellRun
 from harness.adb_parse import exit_reason
 from harness.adb_shell import PID_WRAPPER, REAP, sh_join
@@ -156,7 +157,7 @@ class SshTarget:
                     code = proc.wait(0.5)
                     break
                 except subprocess.TimeoutExpired:
-                    pass
+                    interrupts.check()
                 if pid is None:
                     pid = self._read_pid(pidfile)
                 if time.monotonic() > t0 + secs + _HOST_GRACE_S:
