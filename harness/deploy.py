@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import build_tools
 from harness.adb_parse import last_line
 from harness.adb_shell import sh_join
 from harness.deploy_stamp import (
@@ -191,11 +192,11 @@ class Deployer:
                             "scripts/setup.sh (it rebuilds it without), or deploy with --from target")
 
         dists = runtime_closure()
-        tool = {d.metadata["Name"].lower(): d.version for d in dists}
-        if int((tool.get("setuptools") or "0").split(".")[0]) < 77 or "wheel" not in tool:
-            raise UserError(f"deploy: the harness's build tools (setuptools {tool.get('setuptools', 'missing')}, wheel "
-                            f"{tool.get('wheel', 'missing')}) cannot build bmoe (pyproject.toml needs setuptools>=77 "
-                            "and wheel); run scripts/setup.sh (it installs them)")
+        need = build_tools.requires()
+        bad = build_tools.unmet(need, {d.metadata["Name"].lower(): d.version for d in dists})
+        if bad:
+            raise UserError(f"deploy: the harness's build tools cannot build bmoe ({', '.join(bad)}: pyproject.toml "
+                            "needs them); run scripts/setup.sh (it installs them)")
         t = time.monotonic()
         wheels = [pack(d) for d in dists]
         self.say(f"deploy: {len(wheels)} wheels from the harness's environment ({time.monotonic() - t:.1f} s to "
@@ -205,14 +206,15 @@ class Deployer:
         for w in wheels:
             self.link.push(w, f"{self.dir}/{sub}/{w.name}", "wheel")
         index = ("--no-index", "--find-links", f"{self.dir}/{sub}")
-        tools = [f"{d.metadata['Name']}=={d.version}" for d in dists  # the build tools, pinned: the venv's
-                 if d.metadata["Name"].lower() in ("setuptools", "wheel")]  # own setuptools is too old for pyproject
+        names = {r.split(">")[0].strip().lower() for r in need}  # the build tools, pinned: the venv's own
+        tools = [f"{d.metadata['Name']}=={d.version}" for d in dists  # setuptools is too old for pyproject
+                 if d.metadata["Name"].lower() in names]
         self._pip("install", "--no-compile", *index, *tools, what="installing the build tools")
         self._install_bmoe(archive, *index)
         return "the harness's own build, copied (same machine type, ABI, libc and CPU features)"
 
     def _from_target(self, archive: Path) -> str:
-        self._pip("install", "--upgrade", "pip", "setuptools>=77", "wheel", what="installing the build tools")
+        self._pip("install", "--upgrade", "pip", *build_tools.requires(), what="installing the build tools")
         version, llamafile = self._check_llama()
         if version == LLAMA_CPP_PYTHON and not llamafile:
             how = "built on the target earlier (kept)"

@@ -9,7 +9,8 @@ rich's Progress takes updates from any thread. Run ends and device events come f
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.campaigns.progress import Bars
 
 MAX_LINES = 24
 
@@ -37,9 +38,9 @@ class DeviceLine:
             self.p.set(self.label, f"{self.run} token {step:g}/{steps or '?'}{rate}")
 
 
-class FleetProgress:
+class FleetProgress(Bars):
     def __init__(self, console: Console, labels: list[str], *, total_runs: int, done_runs: int, rounds: str):
-        self.console = console
+        super().__init__(console)
         self.labels = labels
         self.rounds = rounds
         self.total = total_runs
@@ -47,19 +48,10 @@ class FleetProgress:
         self.failed = 0
         self.text: dict[str, str] = dict.fromkeys(labels, "starting")
         self.queued: dict[str, int] = dict.fromkeys(labels, 0)
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          console=console, transient=False)
         self.t_runs = self.p.add_task(self._runs_desc(), total=total_runs, completed=done_runs)
         shown = labels if len(labels) <= MAX_LINES else labels[:MAX_LINES - 1]
         self.t_dev = {x: self.p.add_task(f"{x}: starting", total=None) for x in shown}
         self.t_rest = self.p.add_task("", total=None) if len(shown) < len(labels) else None
-
-    def __enter__(self) -> FleetProgress:
-        self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.p.__exit__(*exc)
 
     def line(self, label: str) -> DeviceLine:
         return DeviceLine(self, label)

@@ -13,7 +13,6 @@ label; a device opened (or back) gets its description in the manifest's `devices
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from io import StringIO
@@ -24,11 +23,11 @@ from rich.console import Console
 from harness.campaigns import store
 from harness.campaigns.fleet import FleetDevice, owner_of
 from harness.campaigns.fleet_progress import DeviceLine, FleetProgress
-from harness.campaigns.rounds import CampaignResult, one_run
+from harness.campaigns.rounds import CampaignResult, closing, one_run
 from harness.campaigns.scheduler import Event, Member, schedule
 from harness.campaigns.validate import Plan
 from harness.errors import UserError
-from harness.formats.manifest import Manifest, save_manifest
+from harness.formats.manifest import Manifest
 from harness.targets.base import Target
 
 
@@ -169,7 +168,7 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
             elif ev.kind == "lost":
                 prog.note(ev.label, f"lost: {ev.text}", say=True)
         if dirty:
-            saver.save(m)  # at most 5% of the time (store.ManifestSaver); always at the end (finally)
+            saver.save(m)  # at most 5% of the time (store.ManifestSaver); always at the end (rounds.closing)
 
     saver = store.ManifestSaver(folder)
     gone_once: set[str] = set()
@@ -179,7 +178,7 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
     waiting: dict[str, int] = {}
     for i in pending:
         queued(i, 1)
-    try:
+    with closing(folder, m):
         with prog:
             rep = schedule(pending, [member(x) for x in members],
                            owner=(lambda i: owner[m.runs[i].cell]) if owner is not None else None,
@@ -188,17 +187,7 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
         why = "; ".join(f"{k}: {v}" for k, v in rep.lost.items())
         m.status = "complete" if all(r.finished for r in m.runs) else \
             f"incomplete: {len(left)} run(s) not run" + (f" (devices lost: {why})" if why else "")
-    except BaseException as e:
-        store.clear_tmp(folder)
-        m.status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
-        raise
-    finally:
-        m.sessions[-1].end = store.iso(time.time())
-        save_manifest(folder, m)
-    n_ok = sum(r.status == "ok" for r in m.runs)
-    n_failed = sum(r.status == "failed" for r in m.runs)
-    return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped, n_not_run=len(left),
-                          not_run=why)
+    return CampaignResult.of(folder, m, skipped, n_not_run=len(left), not_run=why)
 
 
 def _describe(m: Manifest, label: str, s: TargetSession | None) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.campaigns import store
+from harness.campaigns import folder_setup, store
 from harness.campaigns.fleet import FleetDevice, fleet_plan, listed_devices, selected_devices, use_of
 from harness.campaigns.fleet_rounds import (
     FleetMember,
@@ -29,15 +29,12 @@ from harness.campaigns.fleet_rounds import (
     version_mismatch,
 )
 from harness.campaigns.provenance import campaign_provenance
-from harness.campaigns.questions import write_prompts_file
 from harness.campaigns.rounds import CampaignResult
 from harness.campaigns.shard import Shard, shard_plan
 from harness.campaigns.validate import Plan
 from harness.errors import ResourceError, UserError
 from harness.formats.campaign_fleet import parse_server
-from harness.formats.files import copy_file
-from harness.formats.folder import CAMPAIGN_FILE
-from harness.formats.manifest import Manifest, SessionRecord, load_manifest, plan_hash, save_manifest
+from harness.formats.manifest import Manifest, load_manifest, plan_hash
 from harness.targets.base import Target
 
 DEFAULT_GRACE_S = 300.0
@@ -133,15 +130,7 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
                 if part is not None:
                     m.shard = part
                 m.provenance = campaign_provenance(plan, first.target, first.res, first.desc)
-                new_m = m
-
-                def fill(d: Path) -> None:
-                    copy_file(c.source, d / CAMPAIGN_FILE)
-                    if c.quality is not None:
-                        write_prompts_file(d, c.quality)
-                    save_manifest(d, new_m)
-
-                folder = store.new_folder(root, c.name, now, fill)
+                folder = folder_setup.create(root, plan, m, now)
                 lock = store.lock_folder(folder)
                 state.update(folder=folder, m=m)
                 n = len(plan.cells) // (len(devices) if use_of(plan) == "compare" else 1)
@@ -151,23 +140,13 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
                               highlight=False)
             else:
                 assert m is not None
-                gone = store.clear_tmp(folder)
-                adopted = store.adopt_orphans(folder, m)
-                if retry_failed:
-                    again = store.reset_failed(m)
-                    console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
-                done = sum(r.finished for r in m.runs)
-                console.print(f"campaign {c.name}: resuming {folder} ({done}/{len(m.runs)} runs finished"
-                              f"{', dropped partial ' + ', '.join(gone) if gone else ''}"
-                              f"{', adopted ' + ', '.join(adopted) if adopted else ''})", highlight=False)
+                folder_setup.reopen(folder, m, c.name, retry_failed, console)
             for label, s in list(opened.items()):
                 bad = version_mismatch(m, s.res, label)
                 if bad is not None:
                     console.print(f"{label}: not used: {bad}", highlight=False)
                     del opened[label]
-        m.status = "running"
-        m.sessions.append(SessionRecord(start=store.iso(now), end=None, **kit.git_commit(Path.cwd())))
-        save_manifest(folder, m)
+        folder_setup.start_session(folder, m, now, kit.git_commit(Path.cwd()))
         return run_fleet(plan, m, folder, members, console, grace_s=grace, opened=opened, poll_s=poll_s,
                          live=console.is_terminal)
     finally:

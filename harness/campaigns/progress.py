@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Self
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,10 +23,27 @@ def eta_text(durations: list[float], remaining: int, current_elapsed: float) -> 
     return f"ETA {h}h{m:02d}m" if h else f"ETA {m}m{s:02d}s"
 
 
-class RunProgress:
+class Bars:
+    """rich's bars on the console, live while the campaign runs (a `with` block): a one-device campaign's
+    (RunProgress) and a fleet's (harness.campaigns.fleet_progress)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=console, transient=False)
+
+    def __enter__(self) -> Self:
+        self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.p.__exit__(*exc)
+
+
+class RunProgress(Bars):
     def __init__(self, console: Console, *, total_runs: int, done_runs: int, n_cells: int, tokens: int,
                  clock: Callable[[], float] = time.monotonic):
-        self.console = console
+        super().__init__(console)
         self.clock = clock
         self.durations: list[float] = []
         self.t_start = clock()
@@ -35,17 +53,8 @@ class RunProgress:
         self.done = done_runs
         self.failed = 0
         self.precise = ""  # after a round of a campaign with precision: how far from it
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=console, transient=False)
         self.t_runs = self.p.add_task(f"runs ({n_cells} cells)", total=total_runs, completed=done_runs)
         self.t_tok = self.p.add_task("tokens", total=tokens, completed=0)
-
-    def __enter__(self) -> RunProgress:
-        self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.p.__exit__(*exc)
 
     def start_run(self, run_id: str, label: str, rnd: int, repeats: int | str, cell: int = 0) -> None:
         self.t_start = self.clock()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -51,6 +53,27 @@ class CampaignResult:
     n_not_run: int = 0  # a fleet campaign: runs left pending because their devices were lost (why: not_run)
     not_run: str = ""
 
+    @classmethod
+    def of(cls, folder: Path, m: Manifest, skipped: int, n_not_run: int = 0, not_run: str = "") -> CampaignResult:
+        return cls(folder=folder, n_ok=sum(r.status == "ok" for r in m.runs),
+                   n_failed=sum(r.status == "failed" for r in m.runs), n_skipped=skipped, n_not_run=n_not_run,
+                   not_run=not_run)
+
+
+@contextmanager
+def closing(folder: Path, m: Manifest) -> Iterator[None]:
+    """The end of a session of runs, however it ends: on Ctrl-C or an error the half-written run is dropped
+    and the manifest's status says why; the session's end time and the manifest are always saved."""
+    try:
+        yield
+    except BaseException as e:
+        store.clear_tmp(folder)
+        m.status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
+        raise
+    finally:
+        m.sessions[-1].end = store.iso(time.time())
+        save_manifest(folder, m)
+
 
 def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved, console: Console
             ) -> CampaignResult:
@@ -60,8 +83,8 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
     prog = RunProgress(console, total_runs=len(m.runs), done_runs=skipped, n_cells=len(plan.cells),
                        tokens=c.tokens)
     rounds = f"{p.min_repeats}-{p.max_repeats}" if p is not None else str(c.repeats)
-    saver = store.ManifestSaver(folder)  # after runs, at most 5% of the time; always at the end (finally)
-    try:
+    saver = store.ManifestSaver(folder)  # after runs, at most 5% of the time; always at the end (closing)
+    with closing(folder, m):
         ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
         with prog:
             while True:
@@ -78,16 +101,7 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
                 if p is None or not _add_round(plan, m, folder, prog):
                     break
         m.status = "complete" if all(r.finished for r in m.runs) else "running"
-    except BaseException as e:  # Ctrl-C, or an error in what we were given: drop the half-written run
-        store.clear_tmp(folder)
-        m.status = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped: {type(e).__name__}: {e}"
-        raise
-    finally:
-        m.sessions[-1].end = store.iso(time.time())
-        save_manifest(folder, m)
-    n_ok = sum(r.status == "ok" for r in m.runs)
-    n_failed = sum(r.status == "failed" for r in m.runs)
-    return CampaignResult(folder=folder, n_ok=n_ok, n_failed=n_failed, n_skipped=skipped)
+    return CampaignResult.of(folder, m, skipped)
 
 
 def _add_round(plan: Plan, m: Manifest, folder: Path, prog: RunProgress) -> bool:

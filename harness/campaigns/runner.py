@@ -23,11 +23,11 @@ from typing import TypeVar
 from pydantic import BaseModel
 from rich.console import Console
 
-from harness.campaigns import store
+from harness.campaigns import folder_setup, store
 from harness.campaigns.fidelity import fidelity_record
 from harness.campaigns.precision import describe
 from harness.campaigns.provenance import campaign_provenance
-from harness.campaigns.questions import quality_record, write_prompts_file
+from harness.campaigns.questions import quality_record
 from harness.campaigns.rounds import CampaignResult as CampaignResult  # re-exported: run_campaign returns it
 from harness.campaigns.rounds import run_all
 from harness.campaigns.schema import Campaign
@@ -35,8 +35,6 @@ from harness.campaigns.shard import Shard, rounds_text, shard_plan
 from harness.campaigns.validate import Plan, plan_campaign
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
-from harness.formats.files import copy_file
-from harness.formats.folder import CAMPAIGN_FILE
 from harness.formats.manifest import (
     FORMAT,
     VERSION,
@@ -48,12 +46,10 @@ from harness.formats.manifest import (
     PlanRecord,
     ReadBandwidth,
     RunRecord,
-    SessionRecord,
     hashes_removed,
     load_manifest,
     plan_hash,
     removed_message,
-    save_manifest,
     unhashed_runs,
 )
 from harness.targets.base import Target
@@ -298,13 +294,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
 
                     m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path)))
 
-                def fill(d: Path) -> None:
-                    copy_file(plan.campaign.source, d / CAMPAIGN_FILE)
-                    if plan.campaign.quality is not None:
-                        write_prompts_file(d, plan.campaign.quality)
-                    save_manifest(d, m)
-
-                folder = store.new_folder(root, plan.campaign.name, now, fill)
+                folder = folder_setup.create(root, plan, m, now)
                 lock = store.lock_folder(folder)
                 more = f" (then whole rounds until {describe(rec.precision)})" if rec.precision else ""
                 if shard is not None:
@@ -323,18 +313,8 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                         raise UserError(f"{folder}: the engine{' ' + k if k else ''} changed since this campaign "
                                         f"started ({was.get(k)!r} -> {ver!r}); runs from two builds do not "
                                         f"compare: finish it with the first one, or start over with --fresh")
-                gone = store.clear_tmp(folder)
-                adopted = store.adopt_orphans(folder, m)
-                if retry_failed:
-                    again = store.reset_failed(m)
-                    console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
-                done = sum(r.finished for r in m.runs)
-                console.print(f"campaign {plan.campaign.name}: resuming {folder} ({done}/{len(m.runs)} runs "
-                              f"finished{', dropped partial ' + ', '.join(gone) if gone else ''}"
-                              f"{', adopted ' + ', '.join(adopted) if adopted else ''})")
-        m.status = "running"
-        m.sessions.append(SessionRecord(start=store.iso(now), end=None, **git_commit(Path.cwd())))
-        save_manifest(folder, m)
+                folder_setup.reopen(folder, m, plan.campaign.name, retry_failed, console)
+        folder_setup.start_session(folder, m, now, git_commit(Path.cwd()))
         return run_all(plan, m, folder, target, res, console)
     finally:
         if lock is not None:

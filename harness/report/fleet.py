@@ -107,36 +107,39 @@ def _compare(data: CampaignData, res: Results, fl: Fleet) -> list[str]:
             grid.setdefault(key, {})[per[c.index][0]] = c.index
             labels.setdefault(key, label)
     runs = {c.index: _cell_runs(data.cell_runs(c.index), w) for c in data.cells}
-    cells = {c.index: c for c in res.cells}
     base_key = _setting(data, res.base.index)[0]
     ref = fl.devices[0]
     out = [f"The device is an axis (compare): every setting ran on each of {len(fl.devices)} devices, {ref} the "
            f"reference (the base cell's).", ""] + _described(data, fl) + [""]
+    table = _RatioTable(runs, {c.index: c for c in res.cells}, res, seed)
     for d in fl.devices:
-        b = grid.get(base_key, {}).get(d)
-        out += [f"### On {d}", "", f"| setting | runs | tok/s [95% CI] | x {labels.get(base_key, 'base')} on {d} "
-                                   f"[95% CI] |", "|---|---|---|---|"]
-        for key, by in grid.items():
-            if d not in by:
-                continue
-            i = by[d]
-            ratio = "1 (base)" if i == b else "n/a" if b is None else fmt(
-                _printed(stats.ratio_interval(runs[i], runs[b], seed + 1000 * i + 2), res), 2, "x")
-            out.append(f"| {labels[key]} | {cells[i].n_ok}/{cells[i].n_runs} | {fmt(cells[i].tok_s)} | {ratio} |")
-        out.append("")
+        rows = [(labels[key], by[d]) for key, by in grid.items() if d in by]
+        out += table.lines(f"On {d}", "setting", f"{labels.get(base_key, 'base')} on {d}", rows,
+                           grid.get(base_key, {}).get(d), "base", 2)
     for key, by in grid.items():
-        r = by.get(ref)
-        out += [f"### {labels[key]} across devices", "", f"| device | runs | tok/s [95% CI] | x {ref} [95% CI] |",
-                "|---|---|---|---|"]
-        for d in fl.devices:
-            if d not in by:
-                continue
-            i = by[d]
-            ratio = "1 (reference)" if i == r else "n/a" if r is None else fmt(
-                _printed(stats.ratio_interval(runs[i], runs[r], seed + 1000 * i + 3), res), 2, "x")
-            out.append(f"| {d} | {cells[i].n_ok}/{cells[i].n_runs} | {fmt(cells[i].tok_s)} | {ratio} |")
-        out.append("")
+        rows = [(d, by[d]) for d in fl.devices if d in by]
+        out += table.lines(f"{labels[key]} across devices", "device", ref, rows, by.get(ref), "reference", 3)
     return out
+
+
+@dataclass(frozen=True)
+class _RatioTable:
+    """A compare table: a row per cell, its tok/s and its ratio to one reference cell of the table."""
+
+    runs: dict[int, stats.CellRuns]
+    cells: dict  # cell index -> the report's cell result
+    res: Results
+    seed: int
+
+    def lines(self, title: str, what: str, ref_name: str, rows: list[tuple[str, int]], ref: int | None,
+              ref_word: str, salt: int) -> list[str]:
+        out = [f"### {title}", "", f"| {what} | runs | tok/s [95% CI] | x {ref_name} [95% CI] |", "|---|---|---|---|"]
+        for name, i in rows:
+            ratio = f"1 ({ref_word})" if i == ref else "n/a" if ref is None else fmt(_printed(
+                stats.ratio_interval(self.runs[i], self.runs[ref], self.seed + 1000 * i + salt), self.res), 2, "x")
+            c = self.cells[i]
+            out.append(f"| {name} | {c.n_ok}/{c.n_runs} | {fmt(c.tok_s)} | {ratio} |")
+        return out + [""]
 
 
 def device_sentence(t: DeviceTest) -> str:

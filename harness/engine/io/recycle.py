@@ -122,6 +122,18 @@ def _mmap(addr: int, n: int, flags: int, fd: int = -1, off: int = 0) -> None:
         raise OSError(e, f"mmap of {n} bytes at {addr:#x} for the page pool: {os.strerror(e)}")
 
 
+def whole_pages(addr: int, length: int) -> tuple[int, int]:
+    """The whole pages inside [addr, addr + length): (first byte, end), end <= first when there are none."""
+    return (addr + PAGE - 1) // PAGE * PAGE, (addr + length) // PAGE * PAGE
+
+
+def dontneed(addr: int, n: int) -> None:
+    """Free the pages of [addr, addr + n) the plain way (madvise MADV_DONTNEED); OSError when it fails."""
+    if _libc.madvise(addr, n, _MADV_DONTNEED) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"madvise(MADV_DONTNEED) of {n} bytes: {os.strerror(e)}")
+
+
 def _anon(addr: int, n: int) -> None:
     _mmap(addr, n, _MAP_PRIVATE | _MAP_ANONYMOUS | NORESERVE | _MAP_FIXED)
 
@@ -155,8 +167,7 @@ class PyPagePool:
     def attach(self, addr: int, length: int) -> int:
         """Before a read of `length` bytes to `addr` (see clanes_pool.c's bmoe_pool_attach: 1 recycled, 2 fresh, 0
         nothing done). Raises OSError when the mapping fails (the range is anonymous again)."""
-        a = (addr + PAGE - 1) // PAGE * PAGE
-        b = (addr + length) // PAGE * PAGE
+        a, b = whole_pages(addr, length)
         if b <= a:
             return 0
         pages = (b - a) // PAGE
@@ -200,11 +211,12 @@ class PyPagePool:
         with self._lock:
             s = self._attached.pop(addr, None)
         if s is None:
-            if _libc.madvise(addr, n, _MADV_DONTNEED) != 0:
-                e = ctypes.get_errno()
+            try:
+                dontneed(addr, n)
+            except OSError:
                 with self._lock:
                     self._st["pool_errors"] += 1
-                raise OSError(e, f"madvise(MADV_DONTNEED) of {n} bytes: {os.strerror(e)}")
+                raise
             with self._lock:
                 self._st["pool_dontneed"] += 1
             return 0

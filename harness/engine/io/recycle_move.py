@@ -15,6 +15,8 @@ import os
 import struct
 import threading
 
+from harness.engine.io.recycle import dontneed, whole_pages
+
 PAGE = mmap.PAGESIZE
 _STATS = ("pool_recycled", "pool_fresh", "pool_fallback", "pool_detached", "pool_dontneed", "pool_errors")
 _SYS_USERFAULTFD = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
@@ -84,8 +86,7 @@ class PyMovePool:
         return any(lo <= a and b <= hi for lo, hi in zip(self._lo, self._hi, strict=True))
 
     def attach(self, addr: int, length: int) -> int:
-        a = (addr + PAGE - 1) // PAGE * PAGE
-        b = (addr + length) // PAGE * PAGE
+        a, b = whole_pages(addr, length)
         if b <= a:
             return 0
         pages, done, rc = (b - a) // PAGE, 0, 0
@@ -145,11 +146,12 @@ class PyMovePool:
                 self.free_bytes += n // PAGE * PAGE
                 self._st["pool_detached"] += 1
                 return 1
-        if _libc.madvise(addr, n, _MADV_DONTNEED) != 0:
-            e = ctypes.get_errno()
+        try:
+            dontneed(addr, n)
+        except OSError:
             with self._lock:
                 self._st["pool_errors"] += 1
-            raise OSError(e, f"madvise(MADV_DONTNEED) of {n} bytes: {os.strerror(e)}")
+            raise
         with self._lock:
             self._st["pool_dontneed"] += 1
         return 0
