@@ -5,6 +5,10 @@
 #
 #   scripts/ssh-loopback.sh [CAMPAIGN [bmoe-bench run ARGS...]]     (default campaigns/ssh-loopback.yaml)
 #
+# DEPLOY_FROM=target: deploy builds llama-cpp-python on the target from its package index (deploy --from target),
+# as on a board whose binaries differ from the harness's; the namespace then keeps this machine's network (sshd
+# still listens on 127.0.0.1 only), since the index is not on loopback; the venv goes to a folder of its own
+# ($BMOE_SSH_LOOPBACK/target-built, the run told so with --set target.dir=...). Default: --from auto.
 # Keys, sshd's files and the target folder live in $BMOE_SSH_LOOPBACK (default ~/.cache/bmoe/ssh-loopback), the
 # paths campaigns/ssh-loopback.yaml names. PYTHON: the harness's python (default .venv/bin/python).
 set -euo pipefail
@@ -12,7 +16,9 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" != --inside ]; then
     [ "$(id -u)" -eq 0 ] || { echo "ssh-loopback: needs root (unshare --net, sshd)" >&2; exit 1; }
     [ -x /usr/sbin/sshd ] || { echo "ssh-loopback: needs Debian's openssh-server (.ci/run installs it)" >&2; exit 1; }
-    exec unshare --net --mount --propagation private -- "$0" --inside "$@"
+    net=--net; [ "${DEPLOY_FROM:-auto}" = target ] && net=
+    # shellcheck disable=SC2086  # $net: one flag or none
+    exec unshare $net --mount --propagation private -- "$0" --inside "$@"
 fi
 shift
 campaign="${1:-campaigns/ssh-loopback.yaml}"
@@ -41,5 +47,10 @@ sshd_pid=$!
 trap 'kill "$sshd_pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/8022) 2>/dev/null && break; sleep 0.1; done
 base="$("$py" -c 'import sys; print(sys.base_prefix)')/bin/python3"  # this machine's own Python for the venv
-"$py" -m harness.bench_cli deploy "$campaign" --python "$base"
-"$py" -m harness.bench_cli run "$campaign" "$@"
+if [ "${DEPLOY_FROM:-auto}" = target ]; then
+    "$py" -m harness.bench_cli deploy "$campaign" --python "$base" --from target --dir "$dir/target-built"
+    "$py" -m harness.bench_cli run "$campaign" --set "target.dir=$dir/target-built" "$@"
+else
+    "$py" -m harness.bench_cli deploy "$campaign" --python "$base" --from "${DEPLOY_FROM:-auto}"
+    "$py" -m harness.bench_cli run "$campaign" "$@"
+fi
