@@ -32,6 +32,8 @@ import sys
 import threading
 from typing import Protocol
 
+from harness.engine.io.pages import dontneed, whole_pages
+
 PAGE = mmap.PAGESIZE  # as harness.engine.io.vm's (which imports this module)
 
 GRANULE = 16  # pages: chunks come in multiples of 64 KiB, so slices of one tensor (n or n-1 whole pages) share sizes
@@ -120,18 +122,6 @@ def _mmap(addr: int, n: int, flags: int, fd: int = -1, off: int = 0) -> None:
     if _libc.mmap(addr, n, _PROT_RW, flags, fd, off) == _MAP_FAILED:
         e = ctypes.get_errno()
         raise OSError(e, f"mmap of {n} bytes at {addr:#x} for the page pool: {os.strerror(e)}")
-
-
-def whole_pages(addr: int, length: int) -> tuple[int, int]:
-    """The whole pages inside [addr, addr + length): (first byte, end), end <= first when there are none."""
-    return (addr + PAGE - 1) // PAGE * PAGE, (addr + length) // PAGE * PAGE
-
-
-def dontneed(addr: int, n: int) -> None:
-    """Free the pages of [addr, addr + n) the plain way (madvise MADV_DONTNEED); OSError when it fails."""
-    if _libc.madvise(addr, n, _MADV_DONTNEED) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"madvise(MADV_DONTNEED) of {n} bytes: {os.strerror(e)}")
 
 
 def _anon(addr: int, n: int) -> None:

@@ -15,7 +15,7 @@ import os
 import struct
 import threading
 
-from harness.engine.io.recycle import dontneed, whole_pages
+from harness.engine.io.pages import dontneed, whole_pages
 
 PAGE = mmap.PAGESIZE
 _STATS = ("pool_recycled", "pool_fresh", "pool_fallback", "pool_detached", "pool_dontneed", "pool_errors")
