@@ -1,6 +1,7 @@
 """Ctrl-C during a fleet campaign (three simulated devices behind the Target protocol, the real scheduler,
 runner and manifest): the runner stops within seconds, the manifest says interrupted with every finished run
-kept, and `run` again finishes only what was left (harness/interrupts.py's check in the scheduler's loop). In a child Python: the signal goes to its own process."""
+kept, and `run` again finishes only what was left (harness/interrupts.py's check in the scheduler's loop). In a
+child Python: the signal goes to its own process."""
 
 from __future__ import annotations
 
