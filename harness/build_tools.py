@@ -20,6 +20,14 @@ def requires(pyproject: Path = PYPROJECT) -> list[str]:
     return list(tomllib.loads(pyproject.read_text())["build-system"]["requires"])
 
 
+def parse(req: str) -> tuple[str, str | None]:
+    """(lower-case name, least version or None) of one requirement; ValueError for another form."""
+    m = _REQ.match(req.strip())
+    if m is None:
+        raise ValueError(f"pyproject.toml: build requirement {req!r} is not NAME or NAME>=VERSION")
+    return m.group(1).lower(), m.group(2)
+
+
 def _release(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
@@ -28,10 +36,7 @@ def unmet(reqs: list[str], installed: dict[str, str]) -> list[str]:
     """The requirements `installed` (name -> version, names in lower case) does not meet, as 'name>=X (have Y)'."""
     out = []
     for r in reqs:
-        m = _REQ.match(r.strip())
-        if m is None:
-            raise ValueError(f"pyproject.toml: build requirement {r!r} is not NAME or NAME>=VERSION")
-        name, least = m.group(1).lower(), m.group(2)
+        name, least = parse(r)
         have = installed.get(name)
         if have is None or (least is not None and _release(have) < _release(least)):
             out.append(f"{r} (have {have or 'none'})")
@@ -41,11 +46,9 @@ def unmet(reqs: list[str], installed: dict[str, str]) -> list[str]:
 def installed_here(reqs: list[str]) -> dict[str, str]:
     out = {}
     for r in reqs:
-        m = _REQ.match(r.strip())
-        if m is None:
-            continue
+        name = parse(r)[0]
         try:
-            out[m.group(1).lower()] = metadata.version(m.group(1))
+            out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
     return out

@@ -206,7 +206,7 @@ class Deployer:
         for w in wheels:
             self.link.push(w, f"{self.dir}/{sub}/{w.name}", "wheel")
         index = ("--no-index", "--find-links", f"{self.dir}/{sub}")
-        names = {r.split(">")[0].strip().lower() for r in need}  # the build tools, pinned: the venv's own
+        names = {build_tools.parse(r)[0] for r in need}  # the build tools, pinned: the venv's own
         tools = [f"{d.metadata['Name']}=={d.version}" for d in dists  # setuptools is too old for pyproject
                  if d.metadata["Name"].lower() in names]
         self._pip("install", "--no-compile", *index, *tools, what="installing the build tools")
