@@ -42,6 +42,7 @@ trials a case.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -244,12 +245,18 @@ def precision_reached(ratios: list[Interval | None], half_width: float) -> bool:
 
 PRECISE = "precise"
 AT_MAX = "max"
+NO_RUNS = "no-runs"  # a cell had no usable run in two or more rounds: no interval will come from more of them
+NO_RUNS_AFTER = 2  # rounds
 
 
 def precision_decision(ratios: list[Interval | None], rounds: int, half_width: float, min_rounds: int,
-                       max_rounds: int) -> str | None:
+                       max_rounds: int, usable: Sequence[int] = ()) -> str | None:
     """Repeats driven by precision, after `rounds` whole rounds: PRECISE (every ratio within +-half_width),
-    AT_MAX (the maximum ran), or None: add a round. Nothing stops before the minimum."""
+    AT_MAX (the maximum ran), NO_RUNS (a cell, base included, has no usable run after NO_RUNS_AFTER rounds or
+    more: its runs fail, so rounds would be added to the maximum for nothing), or None: add a round. `usable`:
+    each cell's count of usable runs. Nothing else stops before the minimum."""
+    if rounds >= NO_RUNS_AFTER and any(n == 0 for n in usable):
+        return NO_RUNS
     if rounds < min_rounds:
         return None
     if precision_reached(ratios, half_width):

@@ -44,13 +44,14 @@ def ratios(runs: dict[int, stats.CellRuns], base: int, seed: int) -> dict[int, s
 
 
 def decision(folder: Path, m: Manifest, p: Precision) -> tuple[str | None, dict[int, stats.Interval | None]]:
-    """After the folder's last whole round: stats.PRECISE, stats.AT_MAX or None (add a round), and the
-    ratios it rests on."""
+    """After the folder's last whole round: stats.PRECISE, stats.AT_MAX, stats.NO_RUNS or None (add a round),
+    and the ratios it rests on."""
     base = next(c.index for c in m.campaign.cells if not c.varied)
-    rs = ratios(cell_runs(folder, m), base, m.campaign.seed)
+    runs = cell_runs(folder, m)
+    rs = ratios(runs, base, m.campaign.seed)
     rounds = 1 + max(r.round for r in m.runs)
     return stats.precision_decision(list(rs.values()), rounds, p.ratio_half_width, p.min_repeats or 2,
-                                    p.max_repeats), rs
+                                    p.max_repeats, [len(r.walls) for r in runs.values()]), rs
 
 
 def describe(p: Precision) -> str:

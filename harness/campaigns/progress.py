@@ -11,6 +11,8 @@ from typing import Self
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness import stats
+
 
 def eta_text(durations: list[float], remaining: int, current_elapsed: float) -> str:
     """Remaining time from the mean duration of the runs finished in this session (gate waits included)."""
@@ -103,7 +105,9 @@ class RunProgress(Bars):
         within = sum(w <= half_width for w in widths.values())
         widest = max(widths, key=lambda k: widths[k]) if widths else None
         far = f"; widest {widest} +-{widths[widest]:.1%}" if widest is not None else ""
-        then = {"precise": "precise: stopping", "max": "the maximum: stopping"}.get(decision or "", "adding a round")
+        then = {stats.PRECISE: "precise: stopping", stats.AT_MAX: "the maximum: stopping",
+                stats.NO_RUNS: "a cell has no usable run (its runs failed): stopping; fix the cause, then "
+                               "--retry-failed"}.get(decision or "", "adding a round")
         self.precise = f"{within}/{len(widths)} ratios within +-{half_width:.0%}"
         self.console.print(f"after round {rounds}: {self.precise} (at 99%){far}; {then}", highlight=False)
         self._runs_desc(current=False)

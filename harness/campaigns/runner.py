@@ -290,9 +290,10 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                     m.shard = str(shard)
                 m.provenance = campaign_provenance(plan, target, res, m.target.dump())
                 if plan.campaign.target.kind == "local":
-                    from harness.campaigns.probe import probe_read_bandwidth
+                    from harness.campaigns.probe import lanes_of, probe_read_bandwidth
 
-                    m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path)))
+                    m.read_bandwidth = ReadBandwidth(**probe_read_bandwidth(Path(res.model_path),
+                                                                            lanes=lanes_of(plan.cells)))
 
                 folder = folder_setup.create(root, plan, m, now)
                 lock = store.lock_folder(folder)

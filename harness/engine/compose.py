@@ -84,16 +84,20 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
         reader = SliceReader(layout.shards, cfg.io_threads, cfg.odirect, spec_max=cfg.prefetch_lanes or None)
         parts.reader = wrap_reader(reader, layout) if wrap_reader else reader
     pool = None
-    if cfg.moe_stream and cfg.recycle_pages != "off":  # within the budget and the release slack (_check_cap's)
-        from harness.engine.io.recycle import pool_cap
+    if cfg.moe_stream:  # within the budget and the release slack (_check_cap's)
+        from harness.engine.io.recycle import pool_cap, recycle_kind
 
         assert reader is not None and parts.plan is not None
+        kind, parts.recycle = recycle_kind(cfg.recycle_pages, parts.plan.budget_bytes)
         every = batch_layers(bool(cfg.prefetch or cfg.predict_prefetch))
         try:
-            pool = reader.recycle(cfg.recycle_pages, pool_cap(cfg.recycle_pages, parts.plan.budget_bytes,
-                                                              release_slack(every, k, layout.expert_bytes_per_layer())))
+            if kind != "off":
+                pool = reader.recycle(kind, pool_cap(kind, parts.plan.budget_bytes,
+                                                     release_slack(every, k, layout.expert_bytes_per_layer())))
         except OSError as e:
-            raise UserError(f"--recycle-pages {cfg.recycle_pages}: {e.strerror or e}") from None
+            if cfg.recycle_pages != "auto":
+                raise UserError(f"--recycle-pages {cfg.recycle_pages}: {e.strerror or e}") from None
+            parts.recycle = f"off (auto: {kind} is not available here: {e.strerror or e})"
     prefetch = None
     if cfg.moe_stream and (cfg.prefetch or cfg.predict_prefetch):
         from harness.engine.cache.prefetch import make_prefetcher
@@ -220,7 +224,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
             raise UserError(f"{'--prefetch' if cfg.prefetch else '--predict-prefetch'} reads ahead into the expert "
                             f"cache, and the cache plan is none "
                             f"({parts.plan.note}); give a --cache-mb of at least one token cycle")
-        if cfg.recycle_pages != "off" and not parts.plan.budget_bytes:
+        if cfg.recycle_pages not in ("off", "auto") and not parts.plan.budget_bytes:
             raise UserError(f"--recycle-pages gives an evicted expert's pages to the next miss, and the cache plan is "
                             f"none ({parts.plan.note}); without a cache the pages are reused already (shared slots): "
                             "drop --recycle-pages or give a --cache-mb")

@@ -161,6 +161,9 @@ def _precision(data: CampaignData) -> tuple[list[str], list[str]]:
     if q.decision == stats.AT_MAX:
         return [], [f"{rule}: stopped at the maximum, {q.rounds} rounds, with a ratio not within it (findings.md "
                     "names the cells)"]
+    if q.decision == stats.NO_RUNS:
+        return [], [f"{rule}: stopped after {q.rounds} rounds because a cell had no usable run (its failures are "
+                    "listed above)"]
     return [f"{rule}: not decided after {q.rounds} rounds (runs pending or rounds missing); resume the campaign"], []
 
 

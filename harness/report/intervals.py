@@ -71,6 +71,11 @@ def pairing_share(r: Interval | None) -> str:
     return f"{(r.high - r.low) / (u.high - u.low):.0%}"
 
 
+def _why_not(decision: str | None) -> str:
+    return {stats.AT_MAX: "no: stopped at the maximum", stats.NO_RUNS: "no: stopped, a cell had no usable run"
+            }.get(decision or "", "not yet")
+
+
 def precision_lines(res: Results) -> list[str]:
     """A campaign with `precision:`: the rule, the rounds, and per cell whether it reached the precision."""
     p = res.precision
@@ -78,6 +83,8 @@ def precision_lines(res: Results) -> list[str]:
         return []
     how = {stats.PRECISE: f"stopped after {p.rounds} rounds: every ratio reached the precision",
            stats.AT_MAX: f"stopped at the maximum, {p.rounds} rounds",
+           stats.NO_RUNS: f"stopped after {p.rounds} rounds: a cell had no usable run (every run of it failed), so no "
+                          "more rounds could give its interval",
            None: f"unfinished after {p.rounds} rounds"}[p.decision]
     out = ["### Precision", "",
            f"Repeats driven by precision: rounds added from {p.min_rounds} until every ratio to the base is "
@@ -91,5 +98,5 @@ def precision_lines(res: Results) -> list[str]:
         ok = hw <= p.half_width
         out.append(f"| {c.label} | {fmt(c.ratio, 2, 'x')} | "
                    f"{'n/a' if not math.isfinite(hw) else f'+-{hw:.1%} (at 99%)'} | "
-                   f"{'yes' if ok else 'no: stopped at the maximum' if p.decision == stats.AT_MAX else 'not yet'} |")
+                   f"{'yes' if ok else _why_not(p.decision)} |")
     return out + [""]

@@ -52,7 +52,7 @@ class PrecisionOutcome:
     min_rounds: int
     max_rounds: int
     rounds: int
-    decision: str | None  # stats.PRECISE, stats.AT_MAX, or None: unfinished
+    decision: str | None  # stats.PRECISE, stats.AT_MAX, stats.NO_RUNS, or None: unfinished
 
 
 @dataclass
@@ -231,7 +231,7 @@ def compute_results(data: CampaignData) -> Results:
         findings.append(Finding("gate", f"the cooldown gate could not check {', '.join(unchecked)} on this "
                                         f"target: runs were not gated on it."))
     base = next(x for x in cells if x.index == base_idx)
-    outcome = precision_outcome(data, [c.ratio for c in cells if c is not base])
+    outcome = precision_outcome(data, [c.ratio for c in cells if c is not base], [c.n_ok for c in cells])
     if outcome is not None:  # stopped once precise: the ratios as the rule read them (sequential intervals)
         for c in cells:
             c.ratio = stats.printed(c.ratio, outcome.decision)
@@ -243,7 +243,8 @@ def compute_results(data: CampaignData) -> Results:
                    precision=outcome)
 
 
-def precision_outcome(data: CampaignData, ratios: list[Interval | None]) -> PrecisionOutcome | None:
+def precision_outcome(data: CampaignData, ratios: list[Interval | None], usable: list[int]
+                      ) -> PrecisionOutcome | None:
     """How a campaign with `precision:` ended: the decision the runner took after its last round (the same
     function on the same runs), None while runs are pending."""
     p = data.plan.precision
@@ -252,7 +253,8 @@ def precision_outcome(data: CampaignData, ratios: list[Interval | None]) -> Prec
     rounds = 1 + max((r.rec.round for r in data.runs), default=-1)
     lo = p.min_repeats or data.plan.repeats
     done = all(r.rec.finished for r in data.runs)
-    decision = stats.precision_decision(ratios, rounds, p.ratio_half_width, lo, p.max_repeats) if done else None
+    decision = (stats.precision_decision(ratios, rounds, p.ratio_half_width, lo, p.max_repeats, usable) if done
+                else None)
     return PrecisionOutcome(p.ratio_half_width, lo, p.max_repeats, rounds, decision)
 
 

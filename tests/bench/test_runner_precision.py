@@ -77,6 +77,26 @@ def test_runs_that_disagree_go_on_to_the_maximum_and_say_so(tmp_path):
     assert hi / point - 1 > 0.05  # a plain 95% interval (not stopped on precision), wider than the target
 
 
+def test_a_cell_whose_runs_all_fail_stops_the_rounds_and_says_so(tmp_path):
+    """Without the rule a cell that fails every run kept rounds coming to the maximum (roofline-500m's first run)."""
+    p = campaign(tmp_path, repeats=2, tokens=5, fail_axis=True)
+    p.write_text(p.read_text() + "precision: {ratio_half_width: 0.05, max_repeats: 8}\n")
+    con, out = _console()
+    res = run_campaign(p, root=tmp_path / "bd", console=con)
+    m = load_manifest(res.folder)
+    assert len(m.runs) == 6 and all(r.finished for r in m.runs)  # 2 rounds of 3 cells, not 8
+    assert [r.status for r in m.runs if r.cell == 2] == ["failed", "failed"]
+    text = out.getvalue()
+    assert "after round 2:" in text and "a cell has no usable run (its runs failed): stopping" in text
+    assert "adding a round" not in text
+    md = build_report(res.folder, with_plots=False).texts["findings.md"]
+    assert "stopped after 2 rounds: a cell had no usable run" in md
+    assert "| no: stopped, a cell had no usable run |" in md
+    checked = check_folder(res.folder)
+    assert not [q for q in checked.problems if q.startswith("precision")]
+    assert any("stopped after 2 rounds because a cell had no usable run" in n for n in checked.notes)
+
+
 def test_a_campaign_cut_after_a_round_resumes_and_decides_again(tmp_path):
     p = precise_campaign(tmp_path, noise=0.3, rule="{ratio_half_width: 0.05, min_repeats: 2, max_repeats: 3}")
     root = tmp_path / "bd"

@@ -235,7 +235,21 @@ def test_recycled_pages_match_resident(models, resident, tmp_path, case, lanes):
     assert min(s["lanes_sys_ms"], s["lanes_user_ms"], s["main_cpu_ms"], s["releaser_cpu_ms"]) >= 0
 
 
-@pytest.mark.parametrize("kind, lanes", [("move", "0"), ("memfd", "0"), ("move", "1")])
+def test_recycle_auto_is_move_with_a_cache_and_off_without(models, resident, tmp_path):
+    """The default, auto: move with a cache (what the quiet run of bench-data/2026-12-04-recycle chose), off without one
+    (the shared slots reuse their pages already), and off asked for is off; the CSV says which took effect."""
+    auto = _stream(models, tmp_path, "q4_k", "--cache-mb", "1")
+    assert auto.preamble["cfg.recycle_pages"] == "auto" and auto.preamble["recycle_pages_effective"] == "move (auto)"
+    assert auto.tokens == resident("q4_k") and auto.summary["pool_recycled"] > 0 and auto.summary["pool_errors"] == 0
+    slots = _stream(models, tmp_path, "q4_k", "--cache-mb", "0")
+    assert slots.preamble["recycle_pages_effective"].startswith("off (auto: no expert cache")
+    assert slots.tokens == resident("q4_k") and "pool_recycled" not in slots.summary
+    off = _stream(models, tmp_path, "q4_k", "--cache-mb", "1", "--recycle-pages", "off")
+    assert off.preamble["recycle_pages_effective"] == "off" and "pool_recycled" not in off.summary
+    assert off.tokens == resident("q4_k") and off.summary["evictions"] > 0
+
+
+@pytest.mark.parametrize("kind, lanes", [("move", "0"), ("memfd", "0"), ("move", "1"), ("off", "0")])
 def test_one_wrong_expert_still_diverges_with_recycled_pages(models, resident, tmp_path, kind, lanes):
     """Buffered, so the wrong expert's bytes go through the lanes and land in recycled pages like every other read."""
     flags = ("--cache-mb", "1", "--recycle-pages", kind, "--no-odirect")
@@ -245,7 +259,7 @@ def test_one_wrong_expert_still_diverges_with_recycled_pages(models, resident, t
     expert = next(r.expert for r in read_route_trace(trace).rows if r.phase == DECODE and r.layer == 1)
     wrong = {"BMOE_TEST_WRONG_EXPERT": f"1,{expert},{(expert + 1) % 8}"}
     bad = _stream(models, tmp_path, "q4_k", *flags, env={**env, **wrong})
-    assert bad.summary["pool_recycled"] > 0
+    assert (bad.summary.get("pool_recycled", 0) > 0) == (kind != "off")
     assert bad.tokens != resident("q4_k"), "one wrong expert did not diverge with recycled pages"
 
 

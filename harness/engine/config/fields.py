@@ -105,12 +105,13 @@ class EngineConfig:
                               help="speculative (prefetch) reads in flight at most (0 = --io-threads - 1, at least 1); "
                               "demand reads always go first")
     odirect: bool = opt(True, "--no-odirect", stream_only=True, help="buffered reads instead of O_DIRECT")
-    recycle_pages: str = opt("off", "--recycle-pages", metavar="off|move|memfd", stream_only=True,
-                             choices=lambda: ("off", "move", "memfd"),
+    recycle_pages: str = opt("auto", "--recycle-pages", metavar="auto|off|move|memfd", stream_only=True,
+                             choices=lambda: ("auto", "off", "move", "memfd"),
                              help="lossless: an evicted expert's pages go to the next miss instead of being freed and "
                              "faulted again: move = the read lanes move them with UFFDIO_MOVE (Linux 6.8+), memfd = "
                              "chunks of a memfd pool mapped over the slice; the pages held beyond the cache are at "
-                             "most one release batch (needs a cache)")
+                             "most one release batch (move and memfd need a cache); auto = move with a cache where "
+                             "the kernel can, else off (the CSV's recycle_pages_effective says which and why)")
     evict_thread: bool = opt(True, "--no-evict-thread", stream_only=True,
                              help="decide decode evictions on the compute thread instead of a helper thread (same "
                              "decisions)")

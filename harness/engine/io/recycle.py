@@ -82,6 +82,18 @@ def pool_cap(kind: str, budget: int, release_slack: int) -> int:
     return budget + release_slack if kind == "memfd" else release_slack
 
 
+def recycle_kind(asked: str, budget: int) -> tuple[str, str]:
+    """--recycle-pages ASKED with a cache budget of `budget` bytes: (the pool kind to make, or "off"; what took effect
+    and why, for the CSV). auto is move with a cache (the quiet run of bench-data/2026-12-04-recycle: 1.26x tok/s),
+    off without one (the shared slots reuse their pages already); the composition root turns auto's move off where
+    the kernel refuses it, saying so."""
+    if asked != "auto":
+        return asked, asked
+    if not budget:
+        return "off", "off (auto: no expert cache; the shared slots reuse their pages already)"
+    return "move", "move (auto)"
+
+
 def make_pool(kind: str, cap: int, lib: ctypes.CDLL | None) -> PagePool:
     """A pool of `kind` holding at most `cap` bytes: in the compiled lanes' library `lib`, else for the Python lanes.
     OSError when this kernel cannot (the move kind needs userfaultfd with UFFDIO_MOVE, Linux 6.8)."""

@@ -183,6 +183,8 @@ class Engine:
         if p.reader:
             d["odirect_effective"] = int(p.reader.odirect)
             d["io_lanes"] = p.reader.lanes_impl  # c | python
+        if p.recycle:
+            d["recycle_pages_effective"] = p.recycle
         if p.hook:
             d["hook_front"] = p.hook.front
         lossy = lossy_settings(cfg)

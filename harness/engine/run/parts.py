@@ -20,6 +20,7 @@ class Parts:
     reader: ExpertReader | None = None
     hook: StreamHook | None = None
     dense: DenseWeights | None = None
+    recycle: str = ""  # --recycle-pages as it took effect, and why (harness.engine.io.recycle.recycle_kind)
 
     def close(self) -> None:
         if self.hook:
