@@ -159,7 +159,20 @@ def cell_row(c: CellResult, model: Model, cap_mib: float | None, folder: str) ->
     lanes = str(cfg.get("cfg.io_threads", "?")) if streamed else "n/a"
     hit = _pct(c.hit_pct) if cache_on else "n/a"
     return Row(setup=", ".join(setup), active=active, cache=cache, lanes=lanes, tok_s=fmt_tok_s(c.tok_s, c),
-               flash=_mib(c.mib_per_tok), hit=hit, folder=folder, flags=other_flags(cfg))
+               flash=_mib(c.mib_per_tok), hit=hit, folder=folder,
+               flags={**other_flags(cfg), "recycle_pages": recycled(cfg, streamed)})
+
+
+def recycled(cfg: dict[str, str], streamed: bool) -> str:
+    """What --recycle-pages did in a run: move, memfd or off. The kind that took effect (`recycle_pages_effective`,
+    since auto became the default); before that, the kind asked for (off the default then, and absent before the
+    flag existed); an mmap run recycles nothing. So rows differ only where recycling did."""
+    if not streamed:
+        return "off"
+    eff = cfg.get("recycle_pages_effective")
+    if eff:
+        return str(eff).split()[0]
+    return str(cfg.get("cfg.recycle_pages") or "off")
 
 
 # engine flags the columns already show (Setup, Active experts, Cache, Lanes), or a run's own paths and texts

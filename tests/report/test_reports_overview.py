@@ -145,3 +145,16 @@ def test_the_committed_reports_match_the_committed_bench_data(capsys, tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, tmp_path / rel)
     assert main(["report", "--all", "--check", str(tmp_path / "bench-data")]) == 0, capsys.readouterr().err
+
+
+def test_a_row_says_what_recycling_did_not_what_was_asked():
+    """auto became the default: rows are labelled by the kind that took effect, and runs from before auto (off the
+    default then, or no flag yet) and mmap runs count as off, so old tables gain no label."""
+    from harness.report.overview import recycled
+
+    assert recycled({"cfg.recycle_pages": "auto", "recycle_pages_effective": "move (auto)"}, True) == "move"
+    assert recycled({"cfg.recycle_pages": "auto", "recycle_pages_effective": "off (auto: no expert cache; ...)"},
+                    True) == "off"
+    assert recycled({"cfg.recycle_pages": "memfd"}, True) == "memfd"
+    assert recycled({"cfg.recycle_pages": "off"}, True) == recycled({}, True) == "off"
+    assert recycled({"cfg.recycle_pages": "auto", "recycle_pages_effective": "move (auto)"}, False) == "off"
