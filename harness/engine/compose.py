@@ -21,7 +21,7 @@ from harness.engine.guess.mtp import refusal as mtp_refusal
 from harness.engine.io import sysstats
 from harness.engine.io.dense import DenseWeights, effective_mode, sample_every
 from harness.engine.io.reader import ExpertReader, SliceReader
-from harness.engine.io.release import batch_layers
+from harness.engine.io.release import BATCH_LAYERS
 from harness.engine.io.tracing import Tracing
 from harness.engine.model.gguf_layout import ModelLayout, load_layout
 from harness.engine.run.engine import Engine, Parts
@@ -89,11 +89,10 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
 
         assert reader is not None and parts.plan is not None
         kind, parts.recycle = recycle_kind(cfg.recycle_pages, parts.plan.budget_bytes)
-        every = batch_layers(bool(cfg.prefetch or cfg.predict_prefetch))
         try:
             if kind != "off":
                 pool = reader.recycle(kind, pool_cap(kind, parts.plan.budget_bytes,
-                                                     release_slack(every, k, layout.expert_bytes_per_layer())))
+                                                     release_slack(BATCH_LAYERS, k, layout.expert_bytes_per_layer())))
         except OSError as e:
             if cfg.recycle_pages != "auto":
                 raise UserError(f"--recycle-pages {cfg.recycle_pages}: {e.strerror or e}") from None

@@ -1,12 +1,11 @@
 """The page releaser: evicted slices' pages are released on one thread, off the compute thread, handed over in
-batches of a few layers' evictions (`every` layers, or sooner once a batch holds `max_bytes`: a prompt's layer
-evicts hundreds of MiB at once, which must not wait for three more layers; and at each token's end): one wake-up
-of the releaser thread per batch,
-not per layer (waking a sleeping thread cost the compute thread tens of us per call on this VM, where it is an
-interrupt between virtual CPUs: ThreadPoolExecutor.submit was ~12% of the hook's own CPU time at the 30B shape,
-py-spy). A batch still open holds at most `every` layers' evicted pages (under `max_bytes` and a layer) a little
-longer; a key waiting in one is
-waited for (`wait`, which hands the batch over first) before its slices are read again.
+batches (`every` layers' evictions, or sooner once a batch holds `max_bytes`: a prompt's layer evicts hundreds of MiB
+at once; and at each token's end). Batches of 4 layers were chosen for the compute thread's wake-ups of the releaser
+(tens of us each on this VM: ThreadPoolExecutor.submit was ~12% of the hook's own CPU at the 30B shape, py-spy, before
+the wake-ups were made cheaper); the engine now hands over every layer (BATCH_LAYERS below): measured side by side, the
+cache management's wall and CPU shares did not grow (3.3 / 1.8% of the token with 4, 3.0 / 1.7% with 1) and 4 layers'
+evicted pages are no longer held. A batch still open holds `every` layers' evicted pages (under `max_bytes`) a little
+longer; a key waiting in one is waited for (`wait`, which hands the batch over first) before its slices are read again.
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-
-def batch_layers(read_ahead: bool) -> int:
-    """How many layers' evictions a batch gathers: one at a time with read-ahead (a prefetch of a key still in an open
-    batch must wait for it; by hand, 30B shape, --prefetch 1 --predict-prefetch, 2 runs each: mgmt 78-83 ms/token
-    batching 4 layers, 58-60 one by one; lru without read-ahead 22-25 both), else 4."""
-    return 1 if read_ahead else 4
+# How many layers' evictions a release batch gathers: one. With read-ahead one is faster (a prefetch of a key still in
+# an open batch must wait for it; by hand, 30B shape, --prefetch 1 --predict-prefetch, 2 runs each: mgmt 78-83 ms/token
+# batching 4 layers, 58-60 one by one); without it batching 4 gained nothing (lru: mgmt 22-25 ms both; decode tok/s
+# 1.00x [0.91, 1.11], bench-data/2026-12-04-release-batch-30b) and held 4 layers' evicted pages: at the 30B shape with
+# a 2000 MiB cache the minimum cap fell from 3168 to 3104 MiB (bench-data/2026-12-04-mincap-30b).
+BATCH_LAYERS = 1
 
 
 class ReleaseBatch:

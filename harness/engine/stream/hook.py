@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from harness.engine.cache.evictor import Evictor
 from harness.engine.cache.expert_cache import ExpertCache
 from harness.engine.io.reader import ExpertReader
-from harness.engine.io.release import PageReleaser, batch_layers
+from harness.engine.io.release import BATCH_LAYERS, PageReleaser
 from harness.engine.model.ggml import (
     GGML_OP_GET_ROWS,
     GGML_OP_MUL_MAT_ID,
@@ -106,8 +106,8 @@ class StreamHook(RouteStage, TapStage):
         shared = cache is not None and not cache.enabled and reader is not None and not preload
         self.binds = BindState(shared, layout.row.expert_tensors[-1])  # the row lists them in graph order: down last
         # evicted slices' pages, released off the compute thread (to the page pool with --recycle-pages), in batches
-        # of a few layers (release.batch_layers)
-        self.releases = ReleaseState(PageReleaser(release_all, every=batch_layers(prefetch is not None)))
+        # of a few layers (release.BATCH_LAYERS)
+        self.releases = ReleaseState(PageReleaser(release_all, every=BATCH_LAYERS))
         self.binds.pool = pool
         # decode evictions on a helper thread (harness.engine.cache.evictor), where nothing else reads the cache
         # between a batch's first expert matmul and the next layer's lookups: not with read-ahead (it admits right
