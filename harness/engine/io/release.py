@@ -1,11 +1,11 @@
 """The page releaser: evicted slices' pages are released on one thread, off the compute thread, handed over in
 batches (`every` layers' evictions, or sooner once a batch holds `max_bytes`: a prompt's layer evicts hundreds of MiB
-at once; and at each token's end). Batches of 4 layers were chosen for the compute thread's wake-ups of the releaser
-(tens of us each on this VM: ThreadPoolExecutor.submit was ~12% of the hook's own CPU at the 30B shape, py-spy, before
-the wake-ups were made cheaper); the engine now hands over every layer (BATCH_LAYERS below): measured side by side, the
-cache management's wall and CPU shares did not grow (3.3 / 1.8% of the token with 4, 3.0 / 1.7% with 1) and 4 layers'
-evicted pages are no longer held. A batch still open holds `every` layers' evicted pages (under `max_bytes`) a little
-longer; a key waiting in one is waited for (`wait`, which hands the batch over first) before its slices are read again.
+at once; and at each token's end). Batches of 4 layers were once chosen to save the compute thread wake-ups of the
+releaser (tens of us each on this VM); the engine now hands over every layer (BATCH_LAYERS below): measured side by
+side, cache management's wall and CPU shares did not grow (3.3 / 1.8% of the token with 4, 3.0 / 1.7% with 1) and 4
+layers' evicted pages are no longer held. A batch still open holds `every` layers' evicted pages (under `max_bytes`) a
+little longer; a key waiting in one is waited for (`wait`, which hands the batch over first) before its slices are
+read again.
 """
 
 from __future__ import annotations
