@@ -17,7 +17,7 @@ from harness.targets.local import LocalTarget
 from tests.helpers.engine import BMOE
 
 CAP = 128  # MiB: the wide model's ~100 MiB of experts cannot all be cached under it beside the runtime (OOM-killed)
-ROOM = 160  # MiB: some cache fits beside the runtime (not all 100 MiB: the fit check says 166 are needed)
+ROOM = 160  # MiB: some cache fits beside the runtime (not all 110 MiB: the fit check says 166 are needed)
 
 
 def _cgroups() -> str | None:
@@ -77,14 +77,14 @@ def _lines(p: subprocess.CompletedProcess, prefix: str) -> list[str]:
 
 @needs_cgroup
 def test_a_cache_over_the_limit_is_refused_naming_a_budget_that_runs(wide):
-    p = _capped(wide, "--cache-mb", "100", cap=ROOM)
+    p = _capped(wide, "--cache-mb", "110", cap=ROOM)
     err = _lines(p, "bmoe: ")
     assert p.returncode == 2 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr
-    m = re.search(rf"--cache-mb 100 cannot fit: .* limit of {ROOM} MiB; --cache-mb (\d+) is the largest that fits",
+    m = re.search(rf"--cache-mb 110 cannot fit: .* limit of {ROOM} MiB; --cache-mb (\d+) is the largest that fits",
                   err[0])
     assert m, err[0]
     fits = int(m.group(1))
-    assert 0 < fits < 100
+    assert 0 < fits < 110
     assert _capped(wide, "--cache-mb", "0", cap=CAP).returncode == 0  # no cache: nothing to refuse
     ok = _capped(wide, "--cache-mb", str(fits), "--force-cache", n=48, cap=ROOM)  # forced past the token-cycle guard
     assert ok.returncode == 0 and not _lines(ok, "bmoe: warning: --cache-mb"), ok.stderr[-800:]
