@@ -25,10 +25,10 @@ from pathlib import Path
 from harness.campaigns.expand import Cell
 from harness.engine.config.fields import IO_THREADS_MAX
 from harness.engine.io.reader import SliceReader
+from harness.engine.io.vm import PAGE
 from harness.engine.model.gguf_layout import ModelLayout, load_layout
 from harness.errors import UserError
 
-PAGE = mmap.PAGESIZE
 DEFAULT_LANES = 4  # the engine's --io-threads default (harness.engine.config.fields)
 
 
@@ -47,12 +47,13 @@ def probe_read_bandwidth(path: Path, *, lanes: int = DEFAULT_LANES, seconds: flo
         lay = load_layout(path)
     except (UserError, OSError, ValueError) as e:
         return _not(str(e))
-    layers = [il for il in lay.moe_layers if lay.by_layer.get(il)]
+    k_of = lay.expert_used_by_layer  # each layer's top-k: load_layout checked 1..n_expert where it has experts
+    layers = [il for il in lay.moe_layers if lay.by_layer.get(il) and il < len(k_of)]
     if not layers:
         return _not(f"{path}: no streamed expert tensors")
     slot = max(t.nb2 for il in layers for t in lay.by_layer[il]) + 3 * PAGE
     slot = (slot + PAGE - 1) // PAGE * PAGE
-    per_batch = max(_top_k(lay, il) * len(lay.by_layer[il]) for il in layers)
+    per_batch = max(k_of[il] * len(lay.by_layer[il]) for il in layers)
     buf = mmap.mmap(-1, slot * per_batch * max(depths))
     for off in range(0, len(buf), PAGE):  # fault every page now: the clock measures the reads only
         buf[off] = 1
@@ -81,7 +82,7 @@ def probe_read_bandwidth(path: Path, *, lanes: int = DEFAULT_LANES, seconds: flo
     if not rate:
         return _not(f"{path}: nothing read")
     best = max(rate, key=lambda d: rate[d])
-    k = sorted({_top_k(lay, il) for il in layers})
+    k = sorted({k_of[il] for il in layers})
     kb = sum(t.nb2 for il in layers for t in lay.by_layer[il]) / sum(len(lay.by_layer[il]) for il in layers) / 1024
     how = "buffered after fadvise DONTNEED (O_DIRECT refused)" if reader.odirect_refused else "O_DIRECT"
     each = " / ".join(f"{rate[d]:.0f}" for d in depths if d in rate)
@@ -106,7 +107,7 @@ class _Batches:
     def submit(self, reader: SliceReader, where: int) -> tuple[list, int]:
         lay, il = self.lay, self.layers[self.i % len(self.layers)]
         self.i += 1
-        experts = self.rng.sample(range(lay.n_expert), _top_k(lay, il))
+        experts = self.rng.sample(range(lay.n_expert), lay.expert_used_by_layer[il])
         base = self.base + where * self.per_batch * self.slot
         tensors, n, j = [], 0, 0
         for t in lay.by_layer[il]:
@@ -147,9 +148,3 @@ def lanes_of(cells: Sequence[Cell]) -> int:
     got = [c.flags.get("--io-threads") for c in cells]
     asked = [v for v in got if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= IO_THREADS_MAX]
     return max(asked or [DEFAULT_LANES])
-
-
-def _top_k(lay: ModelLayout, il: int) -> int:
-    used = lay.expert_used_by_layer
-    k = used[il] if il < len(used) and used[il] else lay.n_expert_used
-    return max(1, min(k, lay.n_expert))
