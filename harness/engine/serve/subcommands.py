@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.engine.config import EngineConfig, parse_cli
+from harness.engine.model import default_model
 from harness.errors import UserError
 
 NAMES = ("chat", "serve")
@@ -36,11 +37,13 @@ def _serve_parser() -> argparse.ArgumentParser:
     return p
 
 
-SERVE_HELP = ("bmoe serve -m MODEL [engine flags] [--host 127.0.0.1] [--port 8080] [--queue 4] [--model-name ID] "
-              "[--max-body-kb 1024] [--api-key KEY (or BMOE_API_KEY)] [--allow-host NAME ...]: "
+SERVE_HELP = ("bmoe serve [-m MODEL] [engine flags] [--host 127.0.0.1] [--port 8080] [--queue 4] [--model-name ID] "
+              "[--max-body-kb 1024] [--api-key KEY (or BMOE_API_KEY)] [--allow-host NAME ...] (no -m: the bundled "
+              "trained model): "
               "an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, and a "
               "chat page at /)")
-CHAT_HELP = "bmoe chat -m MODEL [engine flags]: an interactive terminal chat with live telemetry"
+CHAT_HELP = ("bmoe chat [-m MODEL] [engine flags]: an interactive terminal chat with live telemetry (no -m: the "
+             "bundled trained model, harness/data/models/tiny)")
 
 
 def split(argv: list[str], env: Mapping[str, str] = os.environ) -> tuple[str | None, list[str], ServeFlags]:
@@ -70,6 +73,8 @@ def split(argv: list[str], env: Mapping[str, str] = os.environ) -> tuple[str | N
 
 def parse(argv: list[str]) -> tuple[str | None, EngineConfig, ServeFlags]:
     name, rest, sf = split(argv)
+    if name and not default_model.has_model_flag(rest) and not any(a in ("-h", "--help") for a in rest):
+        rest = ["-m", str(default_model.path()), *rest]  # no -m: the committed trained model
     if name and any(a in ("-h", "--help") for a in rest):
         print(CHAT_HELP if name == "chat" else SERVE_HELP + "; --queue 0 answers one request at a time, refusing "
               "the rest", "\nengine flags:", flush=True)  # then the engine's own --help
