@@ -24,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "timeline",
     "check",
     "mincap",
+    "realism",
 ]
 
 app = typer.Typer(

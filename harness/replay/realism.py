@@ -38,6 +38,7 @@ class PhaseStats:
     prev_share_pct: float
     chance_prev_pct: float  # k/E
     skew_uniform_pct: float  # the skew uniform routing shows over as many tokens (seeded simulation, 20 layers' worth)
+    reuse_uniform_mean: float  # the mean reuse distance uniform routing shows over as many tokens (same simulation)
 
 
 def tokens_by_layer(f: RouteTraceFile, phase: int) -> list[dict[int, tuple[int, ...]]]:
@@ -87,20 +88,28 @@ def phase_stats(f: RouteTraceFile, phase: int) -> PhaseStats | None:
         reuse_median=float(np.median(d)) if d.size else math.nan, reuse_mean=float(d.mean()) if d.size else math.nan,
         reuse_within_1_pct=100.0 * float((d == 1).mean()) if d.size else math.nan,
         prev_share_pct=100.0 * prev_hits / prev_total if prev_total else math.nan,
-        chance_prev_pct=100.0 * k / n_e, skew_uniform_pct=uniform_skew(n_e, k, len(toks)))
+        chance_prev_pct=100.0 * k / n_e, **dict(zip(("skew_uniform_pct", "reuse_uniform_mean"),
+                                                    uniform_baseline(n_e, k, len(toks)), strict=True)))
 
 
-def uniform_skew(n_expert: int, k: int, tokens: int, layers: int = 20, seed: int = 0) -> float:
-    """The top-10% share uniform routing gives over `tokens` tokens (k distinct experts each), averaged over
-    `layers` simulated layers: the baseline a short trace's skew is read against."""
+def uniform_baseline(n_expert: int, k: int, tokens: int, layers: int = 20, seed: int = 0) -> tuple[float, float]:
+    """(top-10% share, mean reuse distance) that uniform routing gives over `tokens` tokens (k distinct experts
+    each), over `layers` simulated layers: what a trace of that length is read against (a short trace truncates
+    long distances and lets chance favour a few experts)."""
     rng = np.random.default_rng(seed)
     top = max(1, math.ceil(n_expert / 10))
-    shares = []
+    shares, dists = [], []
     for _ in range(layers):
-        picks = np.argsort(rng.random((tokens, n_expert)), axis=1)[:, :k].ravel()
-        counts = np.bincount(picks, minlength=n_expert)
+        picks = np.argsort(rng.random((tokens, n_expert)), axis=1)[:, :k]
+        counts = np.bincount(picks.ravel(), minlength=n_expert)
         shares.append(100.0 * np.sort(counts)[::-1][:top].sum() / counts.sum())
-    return float(np.mean(shares))
+        last: dict[int, int] = {}
+        for t in range(tokens):
+            for e in picks[t]:
+                if int(e) in last:
+                    dists.append(t - last[int(e)])
+                last[int(e)] = t
+    return float(np.mean(shares)), float(np.mean(dists)) if dists else math.nan
 
 
 def lru_hits(f: RouteTraceFile, cycles: tuple[int, ...] = CYCLES) -> dict[int, float]:
