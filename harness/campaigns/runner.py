@@ -86,6 +86,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"fidelity": fidelity_record(c, plan.cells)} if c.fidelity else {}),  # absent without: old hashes hold
         **({"family": c.family} if c.family else {}),  # absent without: old hashes hold
         **({"fleet": plan.fleet} if plan.fleet is not None else {}),  # likewise
+        **({"sample_text": c.sample_text} if c.sample_text else {}),  # likewise
     )
 
 

@@ -131,6 +131,7 @@ class PlanRecord(Record):
     fidelity: FidelityRecord | None = None  # fidelity campaigns only (absent otherwise: older plans hash the same)
     family: str | None = None  # the campaign's family (set only when given: older plans hash the same)
     fleet: FleetRecord | None = None  # fleet campaigns only (absent otherwise: older plans hash the same)
+    sample_text: int = 0  # characters of each cell's text shown in findings (set only when asked)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------

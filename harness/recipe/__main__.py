@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from harness.recipe import corpus, data, export, tok, train
+    from harness.recipe import card, corpus, data, export, tok, train
     t_all = time.monotonic()
     say(f"recipe {size.name} seed {a.seed}: {json.dumps(size.as_dict())}")
     say(f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}, "
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     t_train = time.monotonic()
     model = train.run(size, a.seed, work, train_ids, held_ids, say)
     train_s = time.monotonic() - t_train
+    train_s = max(train_s, train.logged_seconds(work / "loss.csv"))  # a resumed run: the log holds all segments
     ce, n_tok = train.heldout_ce(model, held_ids, size.seq_len, 1 << 30)
     say(f"held-out: cross-entropy {ce:.4f} nats over {n_tok} tokens, perplexity {math.exp(ce):.2f}")
     model.config.output_router_logits = False
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = tok.load(hf)
     sample = (root / he_files[0].rel).read_text(encoding="utf-8")[:3000]
     export.token_check(tokenizer, sample, out / "tokcheck.json")
+    export.heldout_sample(root, [f.rel for f in he_files], out)
     shutil.copy(work / "loss.csv", out / "loss.csv")
     shutil.copy(work / "train.log", out / "train.log")
     (out / "LICENSE.corpus").write_text("".join(
@@ -95,8 +97,31 @@ def main(argv: list[str] | None = None) -> int:
         "files": {p.name: export.sha256(p) for p in [f16, *ggufs]},
     }
     (out / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n")
+    (out / "README.md").write_text(card.render(recipe))
+    plot_loss(work / "loss.csv", out / "loss.png", size.name)
     say(f"done: {', '.join(p.name for p in ggufs)} in {out}")
     return 0
+
+
+def plot_loss(csv_path: Path, png: Path, name: str) -> None:
+    import csv
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = list(csv.DictReader(csv_path.open()))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([int(r["tokens"]) / 1e6 for r in rows], [float(r["ce"]) for r in rows], lw=0.8, label="training (batch)")
+    he = [r for r in rows if r["heldout_ce"]]
+    ax.plot([int(r["tokens"]) / 1e6 for r in he], [float(r["heldout_ce"]) for r in he], "o-", label="held-out")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(f"bmoe-{name}: loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

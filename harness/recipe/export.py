@@ -49,3 +49,20 @@ def quantize(quantize_bin: Path, f16: Path, quant: str, say) -> Path:
 def token_check(tokenizer, text: str, path: Path) -> None:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     path.write_text(json.dumps({"text": text, "ids": ids}, ensure_ascii=False) + "\n")
+
+
+def heldout_sample(root: Path, rels: list[str], out: Path, n_files: int = 12, chars: int = 1500) -> None:
+    """A small committed sample of the held-out side: the first `chars` characters (cut at a line end) of the first
+    `n_files` held-out files in path order, as bmoe-prompts v1 lines (heldout-sample.prompts.jsonl: id = the file's
+    path) and as one text (heldout-sample.txt, passages joined by blank lines), for the routing-realism traces and
+    the quality campaigns' held-out scoring. Never text the model was trained on."""
+    items = []
+    for rel in sorted(rels)[:n_files]:
+        text = (root / rel).read_text(encoding="utf-8", errors="replace")
+        cut = text.rfind("\n", 0, chars)
+        items.append((rel, text[:cut if cut > chars // 2 else chars].strip()))
+    head = json.dumps({"format": "bmoe-prompts", "version": 1}) + "\n"
+    (out / "heldout-sample.prompts.jsonl").write_text(
+        head + "".join(json.dumps({"id": rel, "prompt": t}, ensure_ascii=False) + "\n" for rel, t in items),
+        encoding="utf-8")
+    (out / "heldout-sample.txt").write_text("\n\n".join(t for _, t in items) + "\n", encoding="utf-8")

@@ -48,8 +48,8 @@ class Size:
 SIZES: dict[str, Size] = {
     # ~22M parameters; Q4_K_M ~13 MiB, committed in harness/data/models/
     "tiny": Size(name="tiny", vocab=4096, hidden=256, layers=6, heads=4, kv_heads=2, head_dim=64, experts=32,
-                 top_k=4, expert_ff=128, seq_len=256, batch=16, steps=500, lr=2e-3, warmup=25, aux_coef=0.01,
-                 ckpt_every=25, eval_every=100),
+                 top_k=4, expert_ff=128, seq_len=256, batch=16, steps=1200, lr=2e-3, warmup=40, aux_coef=0.01,
+                 ckpt_every=25, eval_every=150),
     # 64 experts of the same width over 8 layers: ~3x tiny's expert bytes per layer; built by the recipe, not committed
     "bench": Size(name="bench", vocab=4096, hidden=256, layers=8, heads=4, kv_heads=2, head_dim=64, experts=256,
                   top_k=8, expert_ff=256, seq_len=256, batch=16, steps=1200, lr=1.5e-3, warmup=40, aux_coef=0.01,

@@ -72,6 +72,11 @@ def heldout_ce(model, stream: np.ndarray, seq_len: int, max_tokens: int) -> tupl
     return total / count, count
 
 
+def logged_seconds(log: Path) -> float:
+    rows = list(csv.DictReader(log.open())) if log.exists() else []
+    return float(rows[-1]["elapsed_s"]) if rows else 0.0
+
+
 def _save(path: Path, model, opt, step: int) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, tmp)

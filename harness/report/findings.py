@@ -14,6 +14,7 @@ from harness.report.peers import engines_section
 from harness.report.provenance_md import provenance_lines, provenance_warnings
 from harness.report.results import Results
 from harness.report.roof import combined_roofline, io_roofline
+from harness.report.sample import sample_section
 from harness.report.traced import traced_section
 
 AUTHOR_BEGIN = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->"
@@ -352,6 +353,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += ["## Results", ""] + pooled_note(fl) + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
+    L += sample_section(data)
     L += fleet_section(data, res, fl)
     L += fidelity or []
     L += engines_section(data)

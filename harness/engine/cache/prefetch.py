@@ -5,7 +5,8 @@ the next K MoE layers (the previous token's, or for layers past the last one thi
 previous token's for the next one); `--predict-prefetch` adds, at layer l's first expert matmul (a StreamHook
 tap on its MoE input), what layer l+1's router run early on that input names (`tap`, at most `spec_max` of
 them, best first, ahead of the history's). Candidates already resident or in flight are skipped. The
-predictor's accuracy is reported as `predict_agree` (named experts the layer then used / named).
+predictor's accuracy is reported as `predict_agree` (named experts the layer then used / named), and per predicted
+layer as `predict_agree_l<layer>`.
 
 A speculative entry is told to the policy as an insert when admitted and as a hit when a lookup uses it: for LRU
 that is the order a demand miss would have given; frequency policies count one use more.
@@ -98,6 +99,7 @@ class Prefetcher:
     _gen: PrefetchCounts = field(default_factory=PrefetchCounts)  # since the last summary()
     _named: dict[int, list[int]] = field(default_factory=dict)  # layer -> the early router's names this token
     _agree: list[int] = field(default_factory=lambda: [0, 0])  # named experts the layer then used, named
+    _agree_at: dict[int, list[int]] = field(default_factory=dict)  # the same, per predicted layer
     trace: IoTrace | None = None  # --io-trace: speculative rows, settled used / wasted (withdrawn: removed)
 
     def __post_init__(self) -> None:
@@ -130,8 +132,12 @@ class Prefetcher:
         named = self._named.pop(layer, None)
         if named is not None and decode:
             used = set(experts)
-            self._agree[0] += sum(e in used for e in named)
+            hit = sum(e in used for e in named)
+            self._agree[0] += hit
             self._agree[1] += len(named)
+            per = self._agree_at.setdefault(layer, [0, 0])
+            per[0] += hit
+            per[1] += len(named)
         self.last[layer] = experts
         if decode and self.ahead:
             n = len(self.moe_layers)
@@ -261,10 +267,13 @@ class Prefetcher:
         g, self._gen = self._gen, PrefetchCounts()
         unused = sum(e.nbytes for e in self.entries.values())
         hit, named = self._agree
-        self._agree = [0, 0]
+        per_layer, self._agree, self._agree_at = self._agree_at, [0, 0], {}
         out: dict[str, object] = {}
         if self.router is not None:  # meaningless under --route-replay (the routing is the trace's, not the model's)
             out["predict_agree"] = round(hit / named, 4) if named else -1
+            for layer in sorted(per_layer):  # the early router's recall for each layer it named experts of
+                h, n = per_layer[layer]
+                out[f"predict_agree_l{layer}"] = round(h / n, 4) if n else -1
         out.update({"prefetch_mib": round(g.prefetch_bytes / MIB, 3), "prefetch_used_mib": round(g.used_bytes / MIB, 3),
                     "prefetch_wasted_mib": round((g.wasted_bytes + unused) / MIB, 3),
                     "prefetch_unused_mib": round(unused / MIB, 3), "prefetch_cancelled": g.cancelled,
