@@ -106,12 +106,14 @@ def covered(tail_lp: np.ndarray) -> tuple[float, float]:
 @dataclass
 class Against:
     """Per position: KLD(ref||run) in nats, whether the top token is the same, Δp = p_run - p_ref of the next
-    token (a probability, not %), and the run's top token."""
+    token (a probability, not %), the run's top token and its log-probability of the next token (float32-rounded,
+    as the reference's next_lp)."""
 
     kld: np.ndarray
     same_top: np.ndarray
     dp: np.ndarray
     run_top: np.ndarray
+    next_lp: np.ndarray
 
 
 def against(ref: Compact, logits: np.ndarray, next_tokens: np.ndarray) -> Against:
@@ -132,8 +134,9 @@ def against(ref: Compact, logits: np.ndarray, next_tokens: np.ndarray) -> Agains
         kld = kld + np.where(has_tail, term, 0.0)
     run_top = nm.x.argmax(axis=1)
     nxt = np.asarray(next_tokens, dtype=np.int64)[:, None]
-    dp = np.exp(_f32(nm.lp_at(nxt)[:, 0])) - np.exp(ref.next_lp.astype(np.float64))
-    return Against(kld=kld, same_top=run_top == ref.ids[:, 0], dp=dp, run_top=run_top)
+    lp_run = _f32(nm.lp_at(nxt)[:, 0])
+    dp = np.exp(lp_run) - np.exp(ref.next_lp.astype(np.float64))
+    return Against(kld=kld, same_top=run_top == ref.ids[:, 0], dp=dp, run_top=run_top, next_lp=lp_run)
 
 
 # -- the summary (perplexity.cpp's definitions) ---------------------------------------------------------------

@@ -16,13 +16,15 @@
 
 All little-endian. K = V keeps the whole vocabulary (exact KLD); harness.kld says what a smaller K loses.
 
-`bmoe_fidelity v1` (CSV): `# bmoe_fidelity v1`, `# key=value` preamble lines (the reference, the run's knobs), the
+`bmoe_fidelity v2` (CSV): `# bmoe_fidelity v2`, `# key=value` preamble lines (the reference, the run's knobs), the
 header, one row per scored position:
 
-    chunk,pos,token,ref_top,run_top,same_top,kld,p_ref,p_run,dp
+    chunk,pos,token,ref_top,run_top,same_top,kld,p_ref,p_run,dp,lp_ref,lp_run,hit
 
 `pos` is the position in its chunk whose logits predict `token` (at pos + 1); kld in nats; p_* the next token's
-probability; dp = p_run - p_ref.
+probability; dp = p_run - p_ref; lp_* the next token's natural log-probability (float32 values written exactly:
+perplexity is exp(-mean lp)); hit is 1 when the run's most probable token is `token` (next-token accuracy).
+v1 files (bmoe before --fidelity-decode) lack the last three columns; the reader gives what a file has.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ from harness.errors import UserError
 REF_FORMAT = "bmoe_fidelity_ref"
 REF_VERSION = 1
 CSV_FORMAT = "bmoe_fidelity"
-CSV_VERSION = 1
-COLUMNS = ["chunk", "pos", "token", "ref_top", "run_top", "same_top", "kld", "p_ref", "p_run", "dp"]
+CSV_VERSION = 2
+COLUMNS = ["chunk", "pos", "token", "ref_top", "run_top", "same_top", "kld", "p_ref", "p_run", "dp", "lp_ref", "lp_run",
+           "hit"]
+COLUMNS_V1 = COLUMNS[:10]
+FLOAT_COLUMNS = ("kld", "p_ref", "p_run", "dp", "lp_ref", "lp_run")
 _HEADER_KEYS = ("n_vocab", "ctx", "first", "n_chunk", "top_k", "bos")
 
 
@@ -173,11 +178,12 @@ class FidelityCsvWriter:
         self.w.writerow(COLUMNS)
 
     def rows(self, chunk: int, first: int, tokens: np.ndarray, ref_top: np.ndarray, run_top: np.ndarray,
-             kld: np.ndarray, p_ref: np.ndarray, p_run: np.ndarray) -> None:
+             kld: np.ndarray, p_ref: np.ndarray, p_run: np.ndarray, lp_ref: np.ndarray, lp_run: np.ndarray) -> None:
         for j in range(len(kld)):
             self.w.writerow([chunk, first + j, int(tokens[j]), int(ref_top[j]), int(run_top[j]),
                              int(ref_top[j] == run_top[j]), repr(float(kld[j])), repr(float(p_ref[j])),
-                             repr(float(p_run[j])), repr(float(p_run[j] - p_ref[j]))])
+                             repr(float(p_run[j])), repr(float(p_run[j] - p_ref[j])), repr(float(lp_ref[j])),
+                             repr(float(lp_run[j])), int(run_top[j] == tokens[j])])
 
     def close(self) -> None:
         self.f.close()
@@ -193,8 +199,10 @@ def read_fidelity_csv(path: str | Path) -> FidelityCsv:
     meta: dict[str, str] = {}
     with open(path, newline="") as f:
         head = f.readline().strip()
-        if head != f"# {CSV_FORMAT} v{CSV_VERSION}":
-            raise UserError(f"{path}: not a {CSV_FORMAT} v{CSV_VERSION} file (first line {head[:60]!r})")
+        versions = {f"# {CSV_FORMAT} v{v}": v for v in (1, CSV_VERSION)}
+        if head not in versions:
+            raise UserError(f"{path}: not a {CSV_FORMAT} v1 or v{CSV_VERSION} file (first line {head[:60]!r})")
+        names = COLUMNS if versions[head] == CSV_VERSION else COLUMNS_V1
         lines = [ln for ln in f]
     body = []
     for ln in lines:
@@ -204,11 +212,13 @@ def read_fidelity_csv(path: str | Path) -> FidelityCsv:
         else:
             body.append(ln)
     rows = list(csv.reader(body))
-    if not rows or rows[0] != COLUMNS:
-        raise UserError(f"{path}: the header is not {','.join(COLUMNS)}")
+    if not rows or rows[0] != names:
+        raise UserError(f"{path}: the header is not {','.join(names)}")
     data = rows[1:]
+    if any(len(r) != len(names) for r in data):
+        raise UserError(f"{path}: a row without {len(names)} fields (truncated or damaged)")
     cols: dict[str, np.ndarray] = {}
-    for i, name in enumerate(COLUMNS):
-        kind = float if name in ("kld", "p_ref", "p_run", "dp") else int
+    for i, name in enumerate(names):
+        kind = float if name in FLOAT_COLUMNS else int
         cols[name] = np.array([kind(r[i]) for r in data], dtype=np.float64 if kind is float else np.int64)
     return FidelityCsv(meta, cols)

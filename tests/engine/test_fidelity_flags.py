@@ -25,7 +25,12 @@ M = ["-m", "model.gguf"]
     (["--fidelity-against", "a", "--ngram"], "cannot be combined with --ngram"),
     (["--fidelity-against", "a", "--session"], "cannot be combined with --session"),
     (["--fidelity-against", "a", "--route-ahead", "1"], "--route-ahead changes nothing"),
-    (["--fidelity-against", "a", "--moe-stream", "--drop-cold-experts", "0.5"], "add --drop-in-prefill"),
+    (["--fidelity-against", "a", "--moe-stream", "--drop-cold-experts", "0.5"], "add --fidelity-decode"),
+    (["--fidelity-decode"], "--fidelity-decode sets how a text is scored"),
+    (["--fidelity-against", "a", "--fidelity-decode", "--moe-stream", "--drop-cold-experts", "0.5",
+      "--drop-in-prefill"], "--drop-in-prefill would add drops at each chunk's first token only"),
+    (["--fidelity-against", "a", "--fidelity-decode", "--moe-stream", "--io-trace", "t"],
+     "cannot be combined with --io-trace"),
     (["--fidelity-ref", "a", "--fidelity-top-k", "-1"], "--fidelity-top-k must be >= 0"),
 ])
 def test_refusals(argv, needle):
@@ -40,6 +45,11 @@ def test_accepted():
     cfg = parse_cli(M + ["--fidelity-against", "r", "--fidelity-csv", "f", "--moe-stream", "--drop-cold-experts",
                          "0.5", "--drop-in-prefill"])
     assert cfg.fidelity_csv == "f"
+    # one token at a time: the decode-time knobs are scored as they act in generation, and routes can be traced
+    cfg = parse_cli(M + ["--fidelity-against", "r", "--fidelity-decode", "--moe-stream", "--drop-cold-experts", "0.5",
+                         "--route-trace", "t.csv"])
+    assert cfg.fidelity_decode and cfg.route_trace == "t.csv"
+    assert parse_cli(M + ["--fidelity-ref", "r", "--fidelity-decode", "--route-ahead", "1"]).route_ahead == 1
 
 
 def _ref(path: Path, ctx: int = 32) -> None:

@@ -77,14 +77,25 @@ def test_csv_round_trip(tmp_path: Path):
     p = tmp_path / "f.csv"
     w = ff.FidelityCsvWriter(p, {"reference": "r.ref", "cfg.moe_stream": True})
     kl = np.array([0.0, 0.25, 1e-9])
-    w.rows(3, 4, np.array([7, 8, 9]), np.array([1, 2, 3]), np.array([1, 5, 3]), kl, np.array([0.5, 0.1, 0.2]),
-           np.array([0.5, 0.3, 0.2]))
+    lp_ref = np.log(np.array([0.5, 0.1, 0.2], dtype=np.float32))
+    lp_run = np.log(np.array([0.5, 0.3, 0.2], dtype=np.float32))
+    w.rows(3, 4, np.array([7, 8, 9]), np.array([1, 2, 3]), np.array([1, 5, 9]), kl, np.array([0.5, 0.1, 0.2]),
+           np.array([0.5, 0.3, 0.2]), lp_ref, lp_run)
     w.close()
     f = ff.read_fidelity_csv(p)
     assert f.meta == {"reference": "r.ref", "cfg.moe_stream": "True"}
-    assert f.columns["pos"].tolist() == [4, 5, 6] and f.columns["same_top"].tolist() == [1, 0, 1]
+    assert f.columns["pos"].tolist() == [4, 5, 6] and f.columns["same_top"].tolist() == [1, 0, 0]
     assert np.array_equal(f.columns["kld"], kl)
     assert f.columns["dp"][1] == pytest.approx(0.2)
+    # v2: the log-probabilities exactly as float32 gave them, and whether the run's top token is the text's
+    assert np.array_equal(f.columns["lp_ref"], lp_ref.astype(np.float64))
+    assert np.array_equal(f.columns["lp_run"], lp_run.astype(np.float64))
+    assert f.columns["hit"].tolist() == [0, 0, 1]
+    v1 = p.read_text().replace("bmoe_fidelity v2", "bmoe_fidelity v1").splitlines()
+    cut = [ln if ln.startswith("#") else ",".join(ln.split(",")[:10]) for ln in v1]
+    p.write_text("\n".join(cut) + "\n")  # a v1 file (before --fidelity-decode): read without the v2 columns
+    old = ff.read_fidelity_csv(p)
+    assert "lp_run" not in old.columns and np.array_equal(old.columns["kld"], kl)
     p.write_text(p.read_text().replace("bmoe_fidelity v1", "bmoe_fidelity v9"))
-    with pytest.raises(UserError, match="not a bmoe_fidelity v1 file"):
+    with pytest.raises(UserError, match="not a bmoe_fidelity v1 or v2 file"):
         ff.read_fidelity_csv(p)

@@ -23,8 +23,19 @@ def test_identical_logits_give_exactly_zero_and_the_same_top():
     x = _logits(50, 300, 1)
     nxt = np.arange(50) % 300
     for k in (1, 8, 300):
-        a = kld.against(kld.compact(x, nxt, k), x.copy(), nxt)
+        c = kld.compact(x, nxt, k)
+        a = kld.against(c, x.copy(), nxt)
         assert np.all(a.kld == 0.0) and np.all(a.same_top) and np.all(a.dp == 0.0)
+        assert np.array_equal(a.next_lp, c.next_lp.astype(np.float64))  # the same float32 value both sides
+
+
+def test_the_run_s_next_token_log_probability():
+    ref, run = _logits(30, 100, 6), _logits(30, 100, 7)
+    nxt = (np.arange(30) * 7) % 100
+    a = kld.against(kld.compact(ref, nxt, 10), run, nxt)
+    lse = np.log(np.exp(run.astype(np.float64)).sum(axis=1))
+    np.testing.assert_allclose(a.next_lp, run[np.arange(30), nxt] - lse, rtol=1e-6)
+    assert np.array_equal(a.run_top, run.argmax(axis=1))
 
 
 def test_whole_vocabulary_gives_the_textbook_kld():
@@ -95,7 +106,7 @@ def test_mean_and_uncertainty_and_percentile_as_perplexity_cpp():
 def _against(n: int, seed: int) -> kld.Against:
     rng = np.random.default_rng(seed)
     return kld.Against(kld=rng.exponential(0.1, n), same_top=rng.random(n) < 0.9, dp=rng.normal(0, 0.05, n),
-                       run_top=np.zeros(n, int))
+                       run_top=np.zeros(n, int), next_lp=np.zeros(n))
 
 
 def test_summary_figures():

@@ -163,7 +163,13 @@ class EngineConfig:
                                        "same-top % and the next token's probability change (no -p needed)")
     fidelity_csv: str | None = opt(None, "--fidelity-csv", metavar="PATH",
                                    help="with --fidelity-against: write the per-position figures here "
-                                   "(bmoe_fidelity v1)")
+                                   "(bmoe_fidelity v2)")
+    fidelity_decode: bool = opt(False, "--fidelity-decode",
+                                help="with --fidelity-ref or --fidelity-against: decode the text one token at a time "
+                                "(each chunk's first token, then one llama_decode per position) instead of one batch "
+                                "per chunk, so every decode-time knob (--drop-cold-experts, --route-ahead, "
+                                "--prefetch, the cache) acts as in generation; a reference and the runs against it "
+                                "must use the same mode")
     session: bool = opt(False, "--session", help="keep the model loaded and answer JSON-lines requests on stdin "
                         "(generate with messages, cancel, close) with JSON-lines events on stdout; -p is unused")
     kv_reuse: bool = opt(True, "--no-kv-reuse",

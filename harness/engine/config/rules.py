@@ -148,6 +148,8 @@ def _fidelity_rules(cfg: EngineConfig) -> str | None:
         if _given(cfg, name) and cfg.fidelity_ref is None:
             return f"bmoe: {flag} sets what a --fidelity-ref file holds: add --fidelity-ref OUT"
     if cfg.fidelity_ref is None and cfg.fidelity_against is None:
+        if cfg.fidelity_decode:
+            return "bmoe: --fidelity-decode sets how a text is scored: add --fidelity-ref OUT or --fidelity-against REF"
         return None
     if cfg.fidelity_ref is not None and cfg.fidelity_against is not None:
         return ("bmoe: --fidelity-ref writes a reference, --fidelity-against scores against one: give one of them "
@@ -155,17 +157,22 @@ def _fidelity_rules(cfg: EngineConfig) -> str | None:
     name = "--fidelity-ref" if cfg.fidelity_ref is not None else "--fidelity-against"
     for on, flag in ((cfg.prompts_file is not None, "--prompts-file"), (cfg.session, "--session"),
                      (cfg.csv is not None, "--csv"), (cfg.ngram, "--ngram"), (cfg.mtp, "--mtp"),
-                     (cfg.route_trace is not None, "--route-trace"), (cfg.io_trace is not None, "--io-trace"),
-                     (cfg.compute_trace is not None, "--compute-trace"), (cfg.route_replay is not None,
-                                                                          "--route-replay")):
+                     (cfg.io_trace is not None, "--io-trace"), (cfg.compute_trace is not None, "--compute-trace"),
+                     (cfg.route_replay is not None, "--route-replay")):
         if on:
             return f"bmoe: {name} scores a fixed text instead of generating; it cannot be combined with {flag}"
+    if cfg.fidelity_decode:  # one token at a time: every decode-time knob acts as in generation
+        if cfg.drop_in_prefill:
+            return (f"bmoe: {name} --fidelity-decode decodes every position as generation does, where "
+                    "--drop-cold-experts already drops; --drop-in-prefill would add drops at each chunk's first "
+                    "token only: drop it")
+        return None
     if cfg.route_ahead:
         return (f"bmoe: {name} scores every position in a prompt batch, where --route-ahead changes nothing "
-                "(it acts while decoding one token at a time): drop it")
+                "(it acts while decoding one token at a time): add --fidelity-decode or drop it")
     if cfg.drop_cold_experts is not None and not cfg.drop_in_prefill:
         return (f"bmoe: {name} scores every position in a prompt batch, where --drop-cold-experts drops nothing "
-                "unless told to: add --drop-in-prefill")
+                "unless told to: add --fidelity-decode (one token at a time, as generation) or --drop-in-prefill")
     return None
 
 

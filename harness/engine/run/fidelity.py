@@ -1,12 +1,22 @@
 """Teacher-forced scoring of a fixed token sequence (`--fidelity-ref`, `--fidelity-against`): the text's tokens are
-cut into chunks of the context size and each chunk is decoded from an empty KV cache in one batch, in llama.cpp's
+cut into chunks of the context size and each chunk is decoded from an empty KV cache, in llama.cpp's
 `llama-perplexity --kl-divergence` layout (its first token replaced by BOS when the vocabulary adds one; logits for
 positions ctx/2 .. ctx-2, each scored against the token after it), so the reference and every run against it
-decode the same batches and a difference is the knob's, not batching's. The figures are harness.kld's; the files
+decode the same tokens and a difference is the knob's, not batching's. The figures are harness.kld's; the files
 harness.formats.fidelity's.
 
-Every chunk is a prefill (the hook's phase 0): a knob that acts only while decoding one token at a time
-(--route-ahead, --drop-cold-experts without --drop-in-prefill) changes nothing here, and config.rules refuses it."""
+Two ways to decode a chunk (the reference records which; a run against it must use the same):
+- batch (the default): the whole chunk in one llama_decode, as llama-perplexity does. Every chunk is a prefill
+  (the hook's phase 0): a knob that acts only while decoding one token at a time (--route-ahead,
+  --drop-cold-experts without --drop-in-prefill) changes nothing there, and config.rules refuses it.
+- `--fidelity-decode`: the chunk's first token alone (a one-token prompt, phase 0), then one llama_decode per
+  token (phase 1), the hook's counters taken after each as the token loop does: every decode-time knob acts as
+  in generation (a drop is decided per token, where in a batch an expert is dropped only when every token routing
+  to it qualifies).
+
+With --route-trace, each chunk is one turn of the trace: prefill rows at step 0 (+ the token's index in the
+batch), decode rows at the hook's decode index + 1, which counts on across chunks (so --drop-replay finds each
+recorded decision)."""
 
 from __future__ import annotations
 
@@ -18,6 +28,7 @@ import numpy as np
 
 from harness import __version__, kld
 from harness.engine.run.engine import Engine
+from harness.engine.run.sinks import RouteTraceSink
 from harness.engine.run.token_loop import collection_paused
 from harness.errors import UserError
 from harness.formats.fidelity import FidelityCsvWriter, RefFile, RefWriter, read_ref, scored_per_chunk
@@ -28,7 +39,10 @@ MIB = 1048576
 @dataclass
 class FidelityRun:
     """What a scoring run did: positions scored, chunks, the time in llama_decode and the whole scoring's wall
-    time (decodes, log-probabilities, figures, writing), bytes the hook read; `stats` against a reference only."""
+    time (decodes, log-probabilities, figures, writing), bytes the hook read; `stats` against a reference only.
+    `next_lp` and `hits`: per position, the run's log-probability of the text's next token and whether its most
+    probable token is that one (perplexity and next-token accuracy); `drops`: the hook's drop totals (decode
+    slots, dropped, prefill slots, dropped), None without a drop rule."""
 
     positions: int
     n_chunk: int
@@ -38,10 +52,15 @@ class FidelityRun:
     read_mib: float | None  # None: no hook (the plain mmap run)
     top_k: int
     covered: tuple[float, float]  # the reference's top K: mean and least probability mass held (kld.covered)
+    next_lp: np.ndarray
+    hits: np.ndarray
+    decode: bool = False
     stats: kld.FidelityStats | None = None
+    drops: list[int] | None = None
 
     def lines(self) -> list[str]:
-        out = [f"bmoe: scored {self.positions} positions in {self.n_chunk} chunks of {self.ctx} tokens: "
+        how = "one token at a time" if self.decode else "one batch each"
+        out = [f"bmoe: scored {self.positions} positions in {self.n_chunk} chunks of {self.ctx} tokens ({how}): "
                f"{self.total_s * 1e3:.0f} ms, {self.total_s / self.decode_s if self.decode_s else float('nan'):.3f}x "
                f"its {self.decode_s * 1e3:.0f} ms in llama_decode (scripts/fidelity_overhead.py compares with a plain "
                "prefill)"
@@ -49,6 +68,15 @@ class FidelityRun:
                f"bmoe: the reference keeps each position's top {self.top_k} tokens: {100 * self.covered[0]:.4g}% of "
                f"the probability on average, {100 * self.covered[1]:.4g}% at least"
                + ("" if self.covered[1] >= 0.99 else " (KLD is then a lower bound: --fidelity-top-k 0 keeps all)")]
+        lp = np.asarray(self.next_lp, dtype=np.float64)
+        if len(lp):
+            out.append(f"bmoe: text: perplexity {float(np.exp(-lp.mean())):.6g} (mean log-probability of the next "
+                       f"token {lp.mean():.6g} nats), next-token accuracy {100 * float(np.mean(self.hits)):.4g}% "
+                       f"({int(np.count_nonzero(self.hits))}/{len(lp)})")
+        if self.drops is not None:
+            ds, dd, ps, pd = self.drops
+            out.append(f"bmoe: dropped {dd} of {ds} decode slots ({100 * dd / ds if ds else 0:.4g}%), {pd} of {ps} "
+                       "prefill slots")
         if self.stats is not None:
             out += [self.stats.line(), *kld.detail_lines(self.stats)]
         return out
@@ -66,25 +94,64 @@ def chunked(tokens: list[int], ctx: int, what: str, most: int = 0) -> np.ndarray
     return np.asarray(tokens[:n_chunk * ctx], dtype=np.int32).reshape(n_chunk, ctx)
 
 
-def _chunks(engine: Engine, tokens: np.ndarray, first: int, bos: int, timing: list[float]) \
+class _Routes:
+    """--route-trace in a scoring run: after each decode, the hook's routing decisions to the trace (chunk = turn)."""
+
+    def __init__(self, engine: Engine):
+        hook = engine.session.hook
+        sink = next((x for x in engine.sinks if isinstance(x, RouteTraceSink)), None)
+        self.hook, self.writer = (hook, sink.writer) if hook is not None and sink is not None else (None, None)
+
+    def flush(self, chunk: int) -> None:
+        if self.hook is None or self.writer is None:
+            return
+        events = self.hook.take_routes()
+        self.writer.events(chunk, 0, [e for e in events if e.phase == 0])
+        self.writer.events(chunk, self.hook.decode_index + 1, [e for e in events if e.phase != 0])
+
+
+def _chunks(engine: Engine, tokens: np.ndarray, first: int, bos: int, timing: list[float], decode: bool) \
         -> Iterator[tuple[int, np.ndarray]]:
-    """(chunk index, logits of its positions first .. ctx-2) for each chunk; timing gets [decode_s, read_bytes]."""
+    """(chunk index, logits of its positions first .. ctx-2) for each chunk, decoded in one batch or (`decode`) one
+    token at a time; timing gets [decode_s, read_bytes]."""
     sess = engine.session
     hook = sess.hook
+    routes = _Routes(engine)
     n = scored_per_chunk(tokens.shape[1], first)
     for c, row in enumerate(tokens):
         toks = [int(t) for t in row]
         if bos >= 0:
             toks[0] = bos
         sess.clear_memory()
-        if hook:
-            hook.phase = 0
-        t0 = time.perf_counter()
-        sess.decode(toks, logits_from=first)
-        timing[0] += time.perf_counter() - t0
-        if hook:
-            timing[1] += hook.take_counters().read_bytes
-        yield c, sess.output_logits(n)
+        if not decode:
+            if hook:
+                hook.phase = 0
+            t0 = time.perf_counter()
+            sess.decode(toks, logits_from=first)
+            timing[0] += time.perf_counter() - t0
+            if hook:
+                timing[1] += hook.take_counters().read_bytes
+            routes.flush(c)
+            yield c, sess.output_logits(n)
+            continue
+        out = np.empty((n, sess.n_vocab), dtype=np.float32)
+        for p in range(len(toks) - 1):  # the last token's logits predict nothing scored
+            if hook:
+                hook.phase = 0 if p == 0 else 1
+            t0 = time.perf_counter()
+            sess.decode([toks[p]])
+            timing[0] += time.perf_counter() - t0
+            if hook:
+                timing[1] += hook.take_counters().read_bytes
+            routes.flush(c)
+            if p >= first:
+                out[p - first] = sess.logits(-1)
+        yield c, out
+
+
+def _drops(engine: Engine) -> list[int] | None:
+    hook = engine.session.hook
+    return list(hook.drop_totals) if hook is not None and hook.drop is not None else None
 
 
 def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
@@ -96,30 +163,40 @@ def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
               "engine_version": __version__, "arch": engine.layout.arch, "model_file": cfg.model,
               "n_vocab": sess.n_vocab, "ctx": ctx, "first": first, "n_chunk": int(tokens.shape[0]),
               "top_k": min(top_k, sess.n_vocab) if top_k else sess.n_vocab, "bos": bos,
+              "decode": bool(cfg.fidelity_decode),
               "config": {k: v for k, v in cfg.resolved().items() if k != "prompt"}}
     w = RefWriter(out, header, tokens)
-    tails = []
+    tails, lps, hits = [], [], []
     timing = [0.0, 0]
     t0 = time.perf_counter()
     try:
         with collection_paused():
-            for c, logits in _chunks(engine, tokens, first, bos, timing):
-                ref = kld.compact(logits, tokens[c, first + 1:], header["top_k"])
+            for c, logits in _chunks(engine, tokens, first, bos, timing, cfg.fidelity_decode):
+                nxt = tokens[c, first + 1:]
+                ref = kld.compact(logits, nxt, header["top_k"])
                 w.rows(ref.ids, ref.lp, ref.tail_lp, ref.next_lp)
                 tails.append(ref.tail_lp)
+                lps.append(ref.next_lp)
+                hits.append(ref.ids[:, 0] == nxt)
     except BaseException:
         w.abort()
         raise
     w.close()
     n = tokens.shape[0] * scored_per_chunk(ctx, first)
     return FidelityRun(n, int(tokens.shape[0]), ctx, timing[0], time.perf_counter() - t0,
-                       timing[1] / MIB if sess.hook else None, header["top_k"], kld.covered(np.concatenate(tails)))
+                       timing[1] / MIB if sess.hook else None, header["top_k"], kld.covered(np.concatenate(tails)),
+                       np.concatenate(lps), np.concatenate(hits), cfg.fidelity_decode, drops=_drops(engine))
 
 
-def check_ref(ref: RefFile, n_vocab: int) -> None:
+def check_ref(ref: RefFile, n_vocab: int, decode: bool) -> None:
     if int(ref.header["n_vocab"]) != n_vocab:
         raise UserError(f"--fidelity-against {ref.path}: the reference's vocabulary has {ref.header['n_vocab']} "
                         f"tokens, this model's {n_vocab}: score against a reference of a model with this vocabulary")
+    if bool(ref.header.get("decode", False)) != decode:
+        fix = "add --fidelity-decode" if not decode else "drop --fidelity-decode"
+        raise UserError(f"--fidelity-against {ref.path}: the reference was scored "
+                        f"{'one token at a time' if not decode else 'one batch per chunk'}: {fix} (llama.cpp's "
+                        "batched and one-token kernels round differently)")
 
 
 def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> FidelityRun:
@@ -127,7 +204,7 @@ def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> Fideli
     when given) and their summary."""
     sess, cfg = engine.session, engine.cfg
     ref = read_ref(ref_path)
-    check_ref(ref, sess.n_vocab)
+    check_ref(ref, sess.n_vocab, cfg.fidelity_decode)
     ctx, first, bos = ref.ctx, ref.first, int(ref.header["bos"])
     w = None
     if csv_path:
@@ -141,7 +218,7 @@ def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> Fideli
     t0 = time.perf_counter()
     try:
         with collection_paused():
-            for c, logits in _chunks(engine, ref.tokens, first, bos, timing):
+            for c, logits in _chunks(engine, ref.tokens, first, bos, timing, cfg.fidelity_decode):
                 rows = ref.chunk_rows(c)
                 cr = kld.Compact(ids=rows["ids"], lp=rows["lp"], tail_lp=rows["tail_lp"], next_lp=rows["next_lp"])
                 nxt = ref.tokens[c, first + 1:]
@@ -149,13 +226,16 @@ def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> Fideli
                 parts.append(a)
                 if w is not None:
                     p_ref = np.exp(cr.next_lp.astype(np.float64))
-                    w.rows(c, first, nxt, cr.ids[:, 0], a.run_top, a.kld, p_ref, p_ref + a.dp)
+                    w.rows(c, first, nxt, cr.ids[:, 0], a.run_top, a.kld, p_ref, p_ref + a.dp, cr.next_lp,
+                           a.next_lp)
     finally:
         if w is not None:
             w.close()
     total = time.perf_counter() - t0
     allp = kld.Against(*(np.concatenate([getattr(a, f) for a in parts])
-                         for f in ("kld", "same_top", "dp", "run_top")))
+                         for f in ("kld", "same_top", "dp", "run_top", "next_lp")))
     n_chunk = int(ref.tokens.shape[0])
+    hits = allp.run_top == ref.tokens[:, first + 1:].reshape(-1)
     return FidelityRun(len(allp.kld), n_chunk, ctx, timing[0], total, timing[1] / MIB if sess.hook else None,
-                       int(ref.header["top_k"]), kld.covered(ref.rows["tail_lp"]), kld.summarize(allp))
+                       int(ref.header["top_k"]), kld.covered(ref.rows["tail_lp"]), allp.next_lp, hits,
+                       cfg.fidelity_decode, kld.summarize(allp), _drops(engine))
