@@ -103,7 +103,7 @@ def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, 
 
         assert parts.cache is not None and parts.reader is not None
         prefetch = make_prefetcher(cfg.prefetch, cfg.predict_prefetch, cfg.predict_spec_max, layout, k, parts.cache,
-                                   parts.reader)
+                                   parts.reader, min_recall=cfg.predict_min_recall)
     drop = drop_replay = None
     if cfg.drop_cold_experts is not None or cfg.drop_replay:
         from harness.engine.routing.cold_drop import DropReplay, DropRule

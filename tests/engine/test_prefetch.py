@@ -230,3 +230,12 @@ def test_prefetch_flag_rules(argv, needle):
     with pytest.raises(UserError, match=needle):
         parse_cli(["-m", "x.gguf", "--moe-stream", *argv])
     assert parse_cli(["-m", "x.gguf", "--moe-stream", "--prefetch", "2"]).prefetch == 2
+
+
+def test_min_recall_reads_until_measured_then_by_recall():
+    from harness.engine.cache.prefetch import WARM_TOKENS, recall_pays
+
+    assert recall_pays(None, 0.9)  # never measured: read
+    assert recall_pays([0, 4 * (WARM_TOKENS - 1), WARM_TOKENS - 1], 0.9)  # still warming up: read
+    assert not recall_pays([1, 4 * WARM_TOKENS, WARM_TOKENS], 0.5)  # measured and poor: stop
+    assert recall_pays([3 * WARM_TOKENS, 4 * WARM_TOKENS, WARM_TOKENS], 0.5)  # 75% >= 50%: read

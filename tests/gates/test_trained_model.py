@@ -70,7 +70,8 @@ def resident_tiny(tmp_path_factory) -> list[int]:
 
 
 @pytest.mark.parametrize("flags", [("--cache-mb", "0"), ("--cache-mb", "4"), ("--cache-mb", "4", "--no-odirect"),
-                                   ("--cache-mb", "4", "--prefetch", "1", "--predict-prefetch")])
+                                   ("--cache-mb", "4", "--prefetch", "1", "--predict-prefetch"),
+                                   ("--cache-mb", "4", "--predict-prefetch", "--predict-min-recall", "0.5")])
 def test_streamed_equals_resident(models, resident_tiny, tmp_path, flags):
     r = bmoe(models["tiny"], "--moe-stream", *flags, n=N, tmp=tmp_path, prompt=PROMPT)
     assert r.rc == 0, r.stderr

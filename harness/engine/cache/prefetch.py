@@ -6,7 +6,9 @@ previous token's for the next one); `--predict-prefetch` adds, at layer l's firs
 tap on its MoE input), what layer l+1's router run early on that input names (`tap`, at most `spec_max` of
 them, best first, ahead of the history's). Candidates already resident or in flight are skipped. The
 predictor's accuracy is reported as `predict_agree` (named experts the layer then used / named), and per predicted
-layer as `predict_agree_l<layer>`.
+layer as `predict_agree_l<layer>`. `--predict-min-recall R` reads a layer's names only while that layer's recall over
+the run so far is at least R (after WARM_TOKENS decode tokens); the names are still made and scored, so a layer whose
+recall rises is read again.
 
 A speculative entry is told to the policy as an insert when admitted and as a hit when a lookup uses it: for LRU
 that is the order a demand miss would have given; frequency policies count one use more.
@@ -100,6 +102,9 @@ class Prefetcher:
     _named: dict[int, list[int]] = field(default_factory=dict)  # layer -> the early router's names this token
     _agree: list[int] = field(default_factory=lambda: [0, 0])  # named experts the layer then used, named
     _agree_at: dict[int, list[int]] = field(default_factory=dict)  # the same, per predicted layer
+    min_recall: float = 0.0  # --predict-min-recall: read a layer's names only while its recall so far is >= this
+    _recall_run: dict[int, list[int]] = field(default_factory=dict)  # layer -> [used, named, tokens] over the run
+    _gated: int = 0  # layer-tokens whose names were not read (recall under min_recall), since the last summary
     trace: IoTrace | None = None  # --io-trace: speculative rows, settled used / wasted (withdrawn: removed)
 
     def __post_init__(self) -> None:
@@ -138,6 +143,10 @@ class Prefetcher:
             per = self._agree_at.setdefault(layer, [0, 0])
             per[0] += hit
             per[1] += len(named)
+            run = self._recall_run.setdefault(layer, [0, 0, 0])
+            run[0] += hit
+            run[1] += len(named)
+            run[2] += 1
         self.last[layer] = experts
         if decode and self.ahead:
             n = len(self.moe_layers)
@@ -169,6 +178,9 @@ class Prefetcher:
         m = self.moe_layers[i + 1]
         names = [int(e) for e in self.router.predict(m, hidden)[-1]]
         self._named[m] = names
+        if self.min_recall > 0 and not recall_pays(self._recall_run.get(m), self.min_recall):
+            self._gated += 1
+            return
         self.plan(m, names, self.spec_max, first=True)
 
     # -- reads ---------------------------------------------------------------------------------------------
@@ -271,6 +283,11 @@ class Prefetcher:
         out: dict[str, object] = {}
         if self.router is not None:  # meaningless under --route-replay (the routing is the trace's, not the model's)
             out["predict_agree"] = round(hit / named, 4) if named else -1
+            if self.min_recall > 0:  # layer-tokens whose names went unread, and layers reading at the end
+                out["predict_gated"] = self._gated
+                out["predict_layers_reading"] = sum(recall_pays(self._recall_run.get(m), self.min_recall)
+                                                    for m in self.moe_layers[1:])
+                self._gated = 0
             for layer in sorted(per_layer):  # the early router's recall for each layer it named experts of
                 h, n = per_layer[layer]
                 out[f"predict_agree_l{layer}"] = round(h / n, 4) if n else -1
@@ -282,8 +299,19 @@ class Prefetcher:
         return out
 
 
+WARM_TOKENS = 8  # decode tokens a layer's recall is measured on before --predict-min-recall may stop its reads
+
+
+def recall_pays(run: list[int] | None, min_recall: float) -> bool:
+    """Whether a layer's named experts are read: yes while fewer than WARM_TOKENS of its decode tokens have been
+    measured, then while its recall over the run (used / named) is at least `min_recall`. Pure."""
+    if run is None or run[2] < WARM_TOKENS or run[1] == 0:
+        return True
+    return run[0] / run[1] >= min_recall
+
+
 def make_prefetcher(ahead: int, predict: bool, spec_max: int, layout: ModelLayout, k: int, cache: ExpertCache,
-                    reader: ExpertReader) -> Prefetcher:
+                    reader: ExpertReader, min_recall: float = 0.0) -> Prefetcher:
     """The run's prefetcher: `--prefetch K` history, and with `--predict-prefetch` the early router (every MoE
     layer's router read from the file once; its `tap` goes into the hook's taps)."""
     router = None
@@ -292,4 +320,4 @@ def make_prefetcher(ahead: int, predict: bool, spec_max: int, layout: ModelLayou
 
         router = EarlyRouter.load(layout, k)
     return Prefetcher(cache, reader, sorted(layout.by_layer), {m: len(ts) for m, ts in layout.by_layer.items()},
-                      ahead=ahead, router=router, spec_max=spec_max)
+                      ahead=ahead, router=router, spec_max=spec_max, min_recall=min_recall)

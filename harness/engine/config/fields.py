@@ -98,6 +98,11 @@ class EngineConfig:
                                  help="lossless: at each decode layer, run the next MoE layer's router early on "
                                  "this layer's MoE input and read the experts it names into the cache on idle lanes "
                                  "(needs a cache)")
+    predict_min_recall: float = opt(0.0, "--predict-min-recall", metavar="R", lo=0, hi=1, stream_only=True,
+                                    help="with --predict-prefetch: read a layer's named experts only while the "
+                                    "early router's recall there, measured on this run's decode tokens so far "
+                                    "(after 8 of them), is at least R (0 = always read); it goes on naming and "
+                                    "measuring every layer (lossless)")
     predict_spec_max: int = opt(0, "--predict-spec-max", metavar="N", lo=0, stream_only=True,
                                 help="with --predict-prefetch: read at most N of the named experts per layer, best "
                                 "first (0 = all it names: k)")

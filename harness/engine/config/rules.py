@@ -94,6 +94,8 @@ def _prefetch_rules(cfg: EngineConfig) -> str | None:
                 "or auto (with --cache-mb 0 every layer shares one buffer, which a read ahead would overwrite)")
     if flag and cfg.cache_preload:
         return f"bmoe: {flag} with --cache-preload: every expert is resident, there is nothing to read ahead"
+    if cfg.predict_min_recall and not cfg.predict_prefetch:
+        return "bmoe: --predict-min-recall gates --predict-prefetch's reads per layer: add --predict-prefetch"
     return None
 
 
