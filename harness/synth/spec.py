@@ -21,6 +21,9 @@ SIZING_ONLY: frozenset[str] = frozenset({"iq2_s"})
 # the row length (ne[0]) of a tensor of this type must be a multiple of this
 BLOCK_ELEMS: dict[str, int] = {"f32": 1, "f16": 1, "q8_0": 32, "q4_k": 256, "mxfp4": 32, "q5_0": 32, "iq2_s": 256,
                               "q5_k": 256, "q6_k": 256}
+# llama-quantize's type for a tensor whose rows are no multiple of the asked k-quant's 256 (llama-quant.cpp's
+# fallback: q4_K -> q5_0, q6_K -> q8_0; q5_K -> q5_1, which this writer has no generator for, stays refused)
+ROW_FALLBACK: dict[str, str] = {"q4_k": "q5_0", "q6_k": "q8_0"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,12 @@ class ModelSpec(ModelFields):
 
     @property
     def down_type(self) -> str:
-        return self.expert_down_type or self.expert_type
+        """expert_down_type when set; else the expert type, or llama-quantize's fallback for it when the down rows
+        (n_ff_exp long) are no multiple of its block."""
+        if self.expert_down_type:
+            return self.expert_down_type
+        t = self.expert_type
+        return ROW_FALLBACK[t] if t in ROW_FALLBACK and self.n_ff_exp % BLOCK_ELEMS[t] else t
 
     @property
     def is_moe(self) -> bool:
@@ -124,7 +132,8 @@ def validate(spec: ModelSpec) -> None:
         _need(
             spec.n_ff_exp % dblk_down == 0,
             f"--expert-ff {spec.n_ff_exp} is not a multiple of {dblk_down}, "
-            f"which the down projection's type {spec.down_type} needs",
+            f"which the down projection's type {spec.down_type} needs"
+            + (f" (llama-quantize's fallback for {spec.expert_type})" if spec.down_type != spec.expert_type else ""),
         )
     if spec.arch in ("qwen2moe", "olmoe"):
         # these archs size wq/wo as n_embd x n_embd

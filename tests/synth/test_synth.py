@@ -226,9 +226,9 @@ def test_cli_writes_refuses_overwrite_and_reports_bad_flags(tmp_path: Path, caps
     assert _sha(shards) != _sha(make_model(tmp_path / "api.gguf", ModelSpec(n_layer=2, n_split=2, seed=3)))
     capsys.readouterr()
 
-    assert bench_main(["make-model", str(tmp_path / "q.gguf"), "--expert-type", "q4_k", "--expert-ff", "384"]) == 2
+    assert bench_main(["make-model", str(tmp_path / "q.gguf"), "--expert-type", "q4_k", "--expert-ff", "400"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--expert-ff 384" in err
+    assert err.count("\n") == 1 and "--expert-ff 400" in err
     assert not (tmp_path / "q.gguf").exists()
 
     assert bench_main(["make-model", str(tmp_path / "nodir" / "q.gguf")]) == 2
