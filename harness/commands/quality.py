@@ -1,4 +1,5 @@
-"""`bmoe-bench grade DIR`: regrade a quality campaign folder from its committed replies."""
+"""`bmoe-bench grade DIR`: regrade a quality campaign folder from its committed replies (GSM8K) or records (held-out
+text: a fidelity campaign's per-position log-probabilities)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def register(app: typer.Typer) -> None:
 
 def grade(folder: Path = typer.Argument(..., help="quality campaign folder under bench-data/")) -> None:
     """Grade every committed reply (runs/<id>/replies.jsonl) with the rule the manifest names, write
-    grades.json and print each cell's accuracy with its exact 95% interval (findings.md: `report DIR`)."""
+    grades.json and print each cell's accuracy with its exact 95% interval (findings.md: `report DIR`); for a
+    fidelity campaign, its held-out perplexity and next-token accuracy from the per-position records."""
     from harness.formats.files import atomic_write_text
     from harness.formats.folder import GRADES_FILE
     from harness.formats.grades import grades_text
@@ -25,7 +27,16 @@ def grade(folder: Path = typer.Argument(..., help="quality campaign folder under
     data = load_campaign_data(folder)
     g = grade_folder(data)
     if g is None:
-        raise UserError(f"{folder}: this campaign has no quality block; nothing to grade")
+        from harness.report.heldout import regrade_lines
+
+        held = regrade_lines(data)  # a fidelity campaign's per-position records: perplexity and accuracy
+        if held is None:
+            raise UserError(f"{folder}: this campaign has no quality block and no per-position records with "
+                            "log-probabilities (bmoe_fidelity v2); nothing to grade")
+        typer.echo(f"held-out text, regraded from the records (runs/<id>/fidelity.csv) of {folder}:")
+        for line in held:
+            typer.echo(f"  {line}")
+        return
     atomic_write_text(Path(folder) / GRADES_FILE, grades_text(g))
     typer.echo(f"wrote {Path(folder) / GRADES_FILE} ({g.grader} v{g.grader_version}, {len(g.runs)} runs)")
     for x in cell_quality(data, g):

@@ -43,7 +43,7 @@ BMOE_MANAGED = {"-m": "model", "--model": "model", "-p": "prompt", "--prompt": "
                 "--n-predict": "tokens", "--csv": "csv", "--progress": "progress", "--prompts-file": "quality",
                 "--replies": "quality", "--io-trace": "traces", "--compute-trace": "traces",
                 **dict.fromkeys(("--fidelity-ref", "--fidelity-against", "--fidelity-csv", "--fidelity-top-k",
-                                 "--fidelity-chunks"), "fidelity")}
+                                 "--fidelity-chunks", "--fidelity-decode"), "fidelity")}
 DEFAULT_PROMPT = "Explain how a mixture-of-experts model decides which experts handle each token."
 
 

@@ -32,6 +32,10 @@ class FidelitySpec(BaseModel):
         "harness.engine.cli` on the device); the C++ bmoe-cli has no logits output and cannot be scored"))
     cells: Literal["lossy", "all"] = Field("lossy", description=(
         "which cells are scored: lossy (a lossy knob differs from the reference's) or all (lossless ones give 0)"))
+    decode: bool = Field(False, description=(
+        "score one token at a time (bmoe --fidelity-decode), as generation decodes, so decode-time knobs "
+        "(--drop-cold-experts, --route-ahead, prefetch) act while scoring; the findings then add held-out "
+        "perplexity and next-token accuracy per cell"))
 
     def problems(self) -> list[tuple[tuple[str | int, ...], str]]:
         if (self.text is None) == (self.text_file is None):
@@ -55,6 +59,7 @@ class FidelityRecord(Record):
     cells: str  # lossy or all
     scored: list[int]  # the cells scored against the reference, by index
     drop_in_prefill_added: list[int] = []  # cells with a non-zero drop rule, scored with --drop-in-prefill added
+    decode: bool = False  # scored one token at a time (set only when true: older plans hash the same)
 
 
 class FidelityRef(Record):

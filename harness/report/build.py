@@ -22,6 +22,7 @@ from harness.report.collect import load_campaign_data
 from harness.report.fidelity import PLOT as KLD_PLOT
 from harness.report.fidelity import cell_fidelity, fidelity_section
 from harness.report.findings import render_findings
+from harness.report.heldout import cell_heldout, heldout_section
 from harness.report.peers import check_engines
 from harness.report.plots import all_plots
 from harness.report.quality import grade_folder, quality_section
@@ -51,8 +52,10 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     grades = grade_folder(data)  # None unless a quality campaign
     quality = quality_section(data, grades) if grades is not None else None
     fid = cell_fidelity(data)  # None unless a fidelity campaign
+    held = cell_heldout(data) if fid is not None else None  # None unless its records have log-probabilities
     findings = render_findings(data, res, previous, quality,
-                               fidelity_section(data, res, fid) if fid is not None else None)
+                               fidelity_section(data, res, fid) + (heldout_section(data, held) if held else [])
+                               if fid is not None else None)
     csv = results_text(results_rows(res))
     plots = all_plots(data, res, fid) if with_plots else {}
     texts = {FINDINGS: findings, RESULTS: csv}

@@ -80,8 +80,10 @@ def fidelity_section(data: CampaignData, res: Results, cells: list[CellFidelity]
     text = f"`{rec.text_file}`" if rec.text_file else "the campaign's inline text"
     L = ["## Fidelity: what each knob costs per token", "",
          f"Every scored cell evaluated {text} ({rec.text_chars} characters, sha256 {rec.text_sha256[:12]}…) "
-         f"teacher-forced in chunks of {rec.ctx} tokens (llama-perplexity's `--kl-divergence` layout), against "
-         f"one reference made once for the campaign with the base cell's flags"
+         f"teacher-forced in chunks of {rec.ctx} tokens (llama-perplexity's `--kl-divergence` layout"
+         + ("; each chunk decoded one token at a time, `--fidelity-decode`, so decode-time knobs act as in "
+            "generation" if getattr(rec, "decode", False) else "") + "), against "
+         "one reference made once for the campaign with the base cell's flags"
          + (f" plus {rec.flags}" if rec.flags else "") + f" (`{FIDELITY_REF}`, top {rec.top_k or 'all'} "
          "log-probabilities per position). KLD(ref||cell) in nats; its interval is 95% over chunks: each chunk's "
          "mean KLD is one observation and the interval is mean ± t(0.975, chunks−1) × (standard deviation of the "

@@ -100,7 +100,8 @@ def test_route_ahead_cell_and_harness_flags_are_refused(tmp_path):
               .replace("--cache-policy: aged-markov}", "--cache-policy: aged-markov, --route-ahead: 0}"))
     assert [x for x in errors(p) if "teacher-forced" in x] == [
         f"{p}:9: cell --route-ahead=1: --route-ahead acts only while decoding one token at a time, so teacher-forced "
-        "scoring cannot measure it; move the cell to a campaign without a fidelity section"]
+        "scoring in prompt batches cannot measure it; give the fidelity section decode: true (one token at a time, "
+        "as generation)"]
     (line,) = errors(write(tmp_path, GOOD.replace("--cache-mb: 4,", "--cache-mb: 4, --fidelity-top-k: 8,"), "h.yaml"))
     assert "--fidelity-top-k is set by the harness from 'fidelity'" in line
 
