@@ -50,10 +50,13 @@ SIZES: dict[str, Size] = {
     "tiny": Size(name="tiny", vocab=4096, hidden=256, layers=6, heads=4, kv_heads=2, head_dim=64, experts=32,
                  top_k=4, expert_ff=128, seq_len=256, batch=16, steps=1200, lr=2e-3, warmup=40, aux_coef=0.01,
                  ckpt_every=25, eval_every=150),
-    # 64 experts of the same width over 8 layers: ~3x tiny's expert bytes per layer; built by the recipe, not committed
-    "bench": Size(name="bench", vocab=4096, hidden=256, layers=8, heads=4, kv_heads=2, head_dim=64, experts=256,
-                  top_k=8, expert_ff=256, seq_len=256, batch=16, steps=1200, lr=1.5e-3, warmup=40, aux_coef=0.01,
-                  ckpt_every=25, eval_every=200),
+    # at least 3x the smallest memory cap bmoe has run a model under (144 MiB: bench-data/2026-12-04-roofline-500m):
+    # ~453M parameters, Q8_0 ~460 MiB (Q4_K_M ~270 MiB). 256 experts of 256 x 256 per layer, top-8, so a token reads
+    # ~15 MiB of Q8_0 experts. Cost measured here (2026-12-04, 3 calibration steps): 56-80 s a step on 1 thread
+    # beside another training run, ~9.7 GiB RSS; 600 steps are estimated at 2.5-3 hours on 2 idle cores (not run yet)
+    "bench": Size(name="bench", vocab=4096, hidden=256, layers=9, heads=4, kv_heads=2, head_dim=64, experts=256,
+                  top_k=8, expert_ff=256, seq_len=256, batch=16, steps=600, lr=1.5e-3, warmup=30, aux_coef=0.01,
+                  ckpt_every=20, eval_every=100),
 }
 
 
