@@ -73,6 +73,26 @@ def kld_text(f: CellFidelity) -> str:
     return _g(iv.mean) if not math.isfinite(iv.low) else f"{_g(iv.mean)} [{_g(iv.low)}, {_g(iv.high)}]"
 
 
+def _covered(data: CampaignData) -> list[str]:
+    """How much probability the reference's top K keep (harness.kld.covered), from the committed reference."""
+    from harness.formats.fidelity import read_ref
+
+    p = data.folder / FIDELITY_REF
+    if not p.is_file():
+        return []
+    try:
+        ref = read_ref(p)
+    except UserError:
+        return []
+    if not len(ref.rows):
+        return []
+    mean, least = kld.covered(ref.rows["tail_lp"])
+    return [f"The reference's top {ref.header['top_k']} tokens per position keep {100 * mean:.4g}% of its probability "
+            f"on average, {100 * least:.4g}% at least: every KLD above is over those tokens and the rest as one "
+            "outcome" + (", exact where they keep everything." if least >= 0.99 else
+                         ", a lower bound of the full KLD where they keep little."), ""]
+
+
 def fidelity_section(data: CampaignData, res: Results, cells: list[CellFidelity]) -> list[str]:
     rec = data.plan.fidelity
     assert rec is not None
@@ -114,6 +134,7 @@ def fidelity_section(data: CampaignData, res: Results, cells: list[CellFidelity]
     if any(f.drop_in_prefill_added for f in cells):
         L += ["¹ scored with `--drop-in-prefill` added (scoring is all prefill, where a drop rule otherwise drops "
               "nothing); its speed runs dropped in decode only.", ""]
+    L += _covered(data)
     zero = [f.label for f in cells if f.lossless]
     if zero:
         L += [f"KLD exactly 0 and 100% same top: {', '.join(zero)}.", ""]

@@ -107,6 +107,7 @@ def test_heldout_campaign_end_to_end_and_its_regrade(tmp_path, monkeypatch, caps
     text = (f / "findings.md").read_text()
     section = text.split("## Held-out quality: perplexity and next-token accuracy", 1)[1].split("\n## ", 1)[0]
     assert "one token at a time" in section and "Clopper-Pearson" in section and "McNemar" in section
+    assert "The reference's top 256 tokens per position keep " in text  # next to the KLDs
     k2 = cols["--n-expert-used=2"]
     h = heldout(k2["lp_run"], k2["hit"], k2["chunk"])
     (row,) = [x for x in section.splitlines() if x.startswith("| --n-expert-used=2 |")]
