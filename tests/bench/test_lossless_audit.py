@@ -98,7 +98,8 @@ def test_every_bmoe_flag_is_classified():
         "cache_policy", "dense_weights", "load_populate", "csv", "progress", "replies", "route_trace", "io_trace",
         "compute_trace", "ngram", "mtp", "draft", "ngram_size",
         # teacher-forced scoring instead of generating (a campaign sets them only from its fidelity section)
-        "fidelity_ref", "fidelity_top_k", "fidelity_chunks", "fidelity_against", "fidelity_csv"}
+        "fidelity_ref", "fidelity_top_k", "fidelity_chunks", "fidelity_against", "fidelity_csv",
+        "fidelity_decode"}
     assert OUTPUT_SETTINGS <= {s.name for s in SPECS}
 
 

@@ -53,7 +53,8 @@ def test_n_expert_used_matches_llama_perplexity(tmp_path: Path, name: str):
     a = fidelity(model, "--fidelity-against", str(ref), "--n-expert-used", str(k), tmp=tmp_path)
     assert a.rc == 0, a.stderr
     c = a.csv.columns
-    s = kld.summarize(kld.Against(kld=c["kld"], same_top=c["same_top"] == 1, dp=c["dp"], run_top=c["run_top"]))
+    s = kld.summarize(kld.Against(kld=c["kld"], same_top=c["same_top"] == 1, dp=c["dp"], run_top=c["run_top"],
+                                      next_lp=c["lp_run"]))
     assert s.positions == 252 and lc["kld_mean"] > 0.01, "the knob must move the model for the comparison to mean much"
     print(f"{name} K={k}: bmoe kld_mean={s.kld_mean:.6f}±{s.kld_se:.6f} p99={s.kld_pct[99.0]:.6f} "
           f"max={s.kld_max:.6f} same_top={100 * s.same_top:.3f}±{100 * s.same_top_se:.3f}% "
