@@ -242,8 +242,7 @@ class CampaignFile(_Model):
         "then the longest reply"))
     fidelity: FidelitySpec | None = Field(None, description=(
         "score cells teacher-forced against a reference run: {text_file: ..., ctx: 128, cells: lossy}"))
-    sample_text: int = Field(0, ge=0, le=4000, description=(
-        "show in findings.md the first N characters each cell's first finished run wrote (0: none)"))
+    sample_text: int = Field(0, ge=0, le=4000, description="findings.md shows the first N characters each cell wrote")
     family: _FamilyName | None = Field(None, description=(
         "a name shared by campaigns asking one question of different models, with the same cell labels; "
         "`bmoe-bench report --all` writes reports/<family>.md across them, by model size"))

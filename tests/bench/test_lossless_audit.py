@@ -93,7 +93,8 @@ def test_every_bmoe_flag_is_classified():
     lossless = {s.name for s in SPECS if not s.flag.lossy and s.name not in OUTPUT_SETTINGS}
     assert lossless == {
         "threads", "moe_stream", "cache_mb", "cache_ceil_mb", "force_cache", "cache_preload", "io_threads",
-        "prefetch", "predict_prefetch", "predict_spec_max", "prefetch_lanes", "odirect", "recycle_pages",
+        "prefetch", "predict_prefetch", "predict_spec_max", "predict_min_recall", "prefetch_lanes", "odirect",
+        "recycle_pages",
         "evict_thread",
         "cache_policy", "dense_weights", "load_populate", "csv", "progress", "replies", "route_trace", "io_trace",
         "compute_trace", "ngram", "mtp", "draft", "ngram_size",
