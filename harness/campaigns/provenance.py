@@ -10,12 +10,9 @@ run whose model no longer matches the campaign's.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from harness.adb import file_sha256
@@ -24,52 +21,14 @@ from harness.campaigns.pagecache import model_files
 from harness.deploy_stamp import source_root
 from harness.errors import UserError
 from harness.formats.campaign_fleet import DEFAULT_SERVER
-from harness.formats.files import atomic_write_text
 from harness.formats.manifest import DeviceFingerprint, EngineIdentity, Provenance
+from harness.formats.sha_cache import cache_path as cache_path  # re-exported: tests read the cache
+from harness.formats.sha_cache import cached_sha256
 
 # the llama.cpp commit vendored by the llama-cpp-python release pyproject.toml pins (its CHANGELOG:
 # "0.3.36: update llama.cpp to ggml-org/llama.cpp@0c1e57098"); tests/test_provenance.py checks the pin
 LLAMA_CPP_PYTHON = "0.3.36"
 LLAMA_CPP_COMMIT = "0c1e57098"
-
-
-CACHE_ENTRIES = 512
-_cache_lock = threading.Lock()  # a fleet's workers hash at once: one writer of the cache file at a time
-
-
-def cache_path() -> Path:
-    env = os.environ.get("BMOE_HASH_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "bmoe" / "sha256.json"
-
-
-def _load_cache(p: Path) -> dict[str, str]:
-    try:
-        obj = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # a missing or damaged cache only costs a re-hash
-    return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(obj, dict) \
-        else {}
-
-
-def cached_sha256(where: str, ident: tuple[int, int, int, int], compute) -> str:
-    """sha256 of the file `ident` = (device, inode, size, mtime) at `where`: from the cache, else
-    compute() and remember it."""
-    p = cache_path()
-    key = f"{where}:" + ":".join(str(x) for x in ident)
-    cache = _load_cache(p)
-    if key in cache:
-        return cache[key]
-    h = compute()
-    with _cache_lock:
-        cache = _load_cache(p)  # another runner may have added entries meanwhile
-        cache[key] = h
-        cache = dict(list(cache.items())[-CACHE_ENTRIES:])  # the newest entries: files come and go
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(p, json.dumps(cache, indent=0) + "\n")
-        except OSError:
-            pass  # a read-only home: the hash stands, it is only not remembered
-    return h
 
 
 # ---- on the target ---------------------------------------------------------------------------------------
@@ -214,7 +173,7 @@ def campaign_provenance(plan, target, res, desc: dict) -> Provenance:
         engines[label or kind] = (bmoe_identity(version, argv0, tree) if kind == "bmoe"
                                   else external_identity(target, version, argv0[0]))
     return Provenance(model_sha256=model_sha256(target, res.model_path), engines=engines,
-                      device=device_fingerprint(target, desc))
+                      device=device_fingerprint(target, desc), **({"hub": res.hub} if res.hub is not None else {}))
 
 
 def model_mismatch(want: dict[str, str], have: dict[str, str]) -> str | None:

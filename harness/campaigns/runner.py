@@ -35,6 +35,7 @@ from harness.campaigns.shard import Shard, rounds_text, shard_plan
 from harness.campaigns.validate import Plan, plan_campaign
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
+from harness.formats.hub_source import HubSource
 from harness.formats.manifest import (
     FORMAT,
     VERSION,
@@ -142,6 +143,7 @@ class Resolved:
     model_path: str  # on the target
     model_desc: ModelDesc = field(default_factory=ModelDesc)
     engines: dict[str, EngineDesc] = field(default_factory=dict)  # engines axis: label -> argv0, version
+    hub: HubSource | None = None  # model: {hf: ...}: what the pull resolved
 
     def argv0(self, label: str) -> list[str]:
         return self.engines[label].argv0 if label else self.engine_argv0
@@ -152,6 +154,7 @@ class Resolved:
 
 def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
     c = plan.campaign
+    hub = None
     # model
     if c.model.recipe is not None:
         from harness.campaigns.recipe import ensure_model, recipe_spec
@@ -164,6 +167,10 @@ def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
     elif c.model.push_from is not None:
         model = target.stage(c.resolve_local(c.model.push_from), "model")
         desc = ModelDesc(path=model, pushed_from=c.model.push_from)
+    elif c.model.hf is not None:
+        from harness.campaigns.hub import pull_model
+
+        model, desc, hub = pull_model(c.model.hf, target, console)
     elif c.target.kind == "local":
         model = target.stage(c.resolve_local(str(c.model.path)), "model")
         desc = ModelDesc(path=model, bytes=_size_all(Path(model)))
@@ -173,7 +180,7 @@ def resolve_inputs(plan: Plan, target: Target, console: Console) -> Resolved:
     engines = {label: _resolve_engine(c.engine_of(label), c, target) for label in c.engine_labels()}
     ref = engines[c.engine_labels()[0]]
     return Resolved(engine_argv0=ref.argv0, engine_version=ref.version, model_path=model, model_desc=desc,
-                    engines=engines if c.engines else {})
+                    engines=engines if c.engines else {}, hub=hub)
 
 
 def _resolve_engine(e: EngineSpec, c: Campaign, target: Target) -> EngineDesc:

@@ -41,11 +41,31 @@ class _Interrupt:
             raise KeyboardInterrupt
 
 
+def _wants_hub(argv: list[str]) -> bool:
+    return argv[:1] == ["pull"] or any(a in ("-hf", "--hf") or a.startswith(("-hf=", "--hf=")) for a in argv)
+
+
+def _hub(argv: list[str]) -> list[str] | int:
+    """`bmoe pull ...` (its exit status), or the command line with `-hf SPEC` pulled and given as `-m PATH`
+    (harness.hub.command; imported only then)."""
+    if not _wants_hub(argv):
+        return argv
+    from harness.hub.command import pull_main, rewrite_hf
+
+    if argv[0] == "pull":
+        return pull_main(argv[1:], os.environ)
+    return rewrite_hf(argv, os.environ)
+
+
 def run(argv: list[str]) -> int:
     import signal
 
     from harness.engine.serve.subcommands import parse
 
+    hub = _hub(argv)
+    if isinstance(hub, int):
+        return hub
+    argv = hub
     # before the SIGINT handler: a refused flag touches nothing (tests call this in-process)
     sub, cfg, serve_flags = parse(argv)
     interrupt = _Interrupt()
@@ -167,8 +187,9 @@ def _run_prompts(engine, cfg, items, interrupt: _Interrupt):
 
 
 def _reexec_with_shim(argv: list[str]) -> None:
-    """Re-execute this command once with the mmap shim preloaded (harness.engine.io.lazymap), so that the load
-    reads only what is used; returns when that is not needed or not possible (the load then populates)."""
+    """Re-execute this command (`argv`: its arguments, -hf already pulled and given as -m) once with the mmap shim
+    preloaded (harness.engine.io.lazymap), so that the load reads only what is used; returns when that is not needed
+    or not possible (the load then populates)."""
     from harness.engine.io import lazymap
     from harness.engine.serve.subcommands import parse
 
@@ -186,16 +207,20 @@ def _reexec_with_shim(argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+        launcher = sys.orig_argv[1:len(sys.orig_argv) - (len(sys.argv) - 1)]  # interpreter flags, script or -m
+        os.execve(sys.executable, [sys.executable, *launcher, *argv], env)
     except OSError as e:
         sys.stderr.write(f"bmoe: could not re-execute with the mmap shim ({e.strerror}); loading as llama.cpp does\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
-        argv = sys.argv[1:]
-        _reexec_with_shim(argv)
     try:
+        if argv is None:
+            hub = _hub(sys.argv[1:])  # before the re-execution: it runs the pulled file, and pulls nothing again
+            if isinstance(hub, int):
+                return hub
+            argv = hub
+            _reexec_with_shim(argv)
         return run(argv)
     except BmoeError as e:  # a user error (EXIT_USER); the engine raises no other kind
         _err(str(e))

@@ -1,11 +1,10 @@
 """The campaign file (YAML): every key, its type, default and help, declared once as pydantic models.
 
-`CampaignFile` is the whole file; its parts `ModelSource`, `TargetSpec`, `EngineSpec` and `Cooldown` are
-public for the manifest's record of a plan. Values are strict: `tokens: "8"` is an error, not 8. Validation
-checks each value; the rules between fields (exactly one model source, what a target or an engine kind
-allows, flags the harness owns) are `CampaignFile.relation_problems()`, which lists every broken one at
-once as (location, message). A location is the path of keys and list indices.
-"""
+`CampaignFile` is the whole file; its parts `ModelSource`, `TargetSpec`, `EngineSpec` and `Cooldown` are public for
+the manifest's record of a plan. Values are strict: `tokens: "8"` is an error, not 8. Validation checks each value;
+the rules between fields (exactly one model source, what a target or an engine kind allows, flags the harness owns)
+are `CampaignFile.relation_problems()`, which lists every broken one at once as (location, message). A location is
+the path of keys and list indices."""
 
 from __future__ import annotations
 
@@ -78,6 +77,8 @@ class ModelSource(_Model):
         None, description="make-model recipe, e.g. {shape: small, n_layer: 16}: generated once, cached")
     push_from: str | None = Field(
         None, description="local model file to stage on the target (adb: pushed once, checked by size+hash)")
+    hf: str | None = Field(None, description="a Hugging Face model, org/repo[:QUANT] or org/repo/file.gguf: pulled "
+                           "into the local hub cache as `bmoe pull` does, then staged on the target like push_from")
 
 
 class TargetSpec(_Model):
@@ -129,8 +130,7 @@ class EngineSpec(_Model):
 
 
 class EngineEntry(EngineSpec):
-    """One engine of a campaign's `engines:` axis: what to run, plus how it differs from the campaign's
-    flags (which are written in bmoe's spelling)."""
+    """One engine of a campaign's `engines:` axis: what to run, and how it differs from the campaign's flags."""
 
     flags: Flags = Field(default_factory=dict, description=(
         "flags added to every cell of this engine only, e.g. {--force-cache: true}: pin a default of its own"))
@@ -196,8 +196,8 @@ class QualitySpec(_Model):
 
 SHORTHAND = ("target", "engine")  # keys whose value may be just their kind: `target: local`, `engine: bmoe`
 # a part that takes exactly one of these keys: setting one (`--set model.path=...`) replaces the others
-ONE_OF: dict[str, tuple[str, ...]] = {"model": ("path", "recipe", "push_from"), "engine": ("path", "push_from"),
-                                     "fidelity": ("text", "text_file")}
+ONE_OF: dict[str, tuple[str, ...]] = {"model": ("path", "recipe", "push_from", "hf"),
+                                     "engine": ("path", "push_from"), "fidelity": ("text", "text_file")}
 
 
 def _shorthand(v: object) -> object:
@@ -294,9 +294,9 @@ class CampaignFile(_Model):
     def _part_problems(self) -> list[tuple[Loc, str]]:
         m, t, e = self.model, self.target, self.engine
         out: list[tuple[Loc, str]] = []
-        if [m.path, m.recipe, m.push_from].count(None) != 2:
-            out.append((("model",), "model needs exactly one of path (on the target), recipe (generated) or "
-                                    "push_from (a local file staged on the target)"))
+        if [m.path, m.recipe, m.push_from, m.hf].count(None) != 3:
+            out.append((("model",), "model needs exactly one of path (on the target), recipe (generated), "
+                                    "push_from (a local file staged on the target) or hf (a hub model)"))
         if e.kind == "external" and (e.path is None) == (e.push_from is None):
             out.append((("engine",), "engine kind external needs exactly one of path (the executable on the "
                                      "target) or push_from (a local executable staged on the target)"))

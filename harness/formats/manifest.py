@@ -44,6 +44,7 @@ from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.
 from harness.formats.folder import MANIFEST, RUNS
 from harness.formats.folder import METRICS_FILE as METRICS_FILE  # likewise
 from harness.formats.folder_guard import inside, read_json, refuse_links, shown
+from harness.formats.hub_source import HubSource
 from harness.formats.outcome import Outcome
 from harness.formats.record import Record, validate
 from harness.formats.target_desc import AdbTargetDesc as AdbTargetDesc  # re-exported: the manifest's records
@@ -163,6 +164,7 @@ class ModelDesc(Record):
     bytes: int | None = None
     path: str | None = None
     pushed_from: str | None = None
+    hf: str | None = None  # a hub model (model: {hf: ...}); provenance.hub says what it resolved to
 
 
 class ReadBandwidth(Record):
@@ -243,6 +245,7 @@ class Provenance(Record):
     model_sha256: dict[str, str]  # model file name -> sha256 (every shard of a split model), on the target
     engines: dict[str, EngineIdentity]  # by engine label (the engines axis), or the engine's kind
     device: DeviceFingerprint
+    hub: HubSource | None = None  # model: {hf: ...}: the repo, commit and files pulled
 
 
 class Manifest(Record):
