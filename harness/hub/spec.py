@@ -69,7 +69,7 @@ def parse_ref(text: str, revision: str = "main") -> HubRef:
         raise BadHubName(f"{text!r} is not org/repo[:QUANT] or org/repo/file.gguf")
     repo = check_repo("/".join(parts[:2]))
     file = "/".join(parts[2:])
-    if file and tag:
+    if file and tag or "/" in tag:
         raise BadHubName(f"{text!r}: give a quant (org/repo:QUANT) or a file (org/repo/file.gguf), not both")
     if file:
         check_file_name(file)

@@ -22,7 +22,7 @@ def one_error(p: subprocess.CompletedProcess, code: int, *needles: str) -> str:
     assert p.returncode == code, (p.returncode, p.stderr)
     assert "Traceback" not in p.stderr, p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("bmoe: error: "), p.stderr
+    assert len(lines) == 1 and lines[0].startswith("bmoe: "), p.stderr
     for n in needles:
         assert n in lines[0], (n, lines[0])
     return lines[0]
