@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 CHUNK = 1 << 16
+REPO = "org/tiny"  # the tests' repo (tests/hub/conftest.py)
 
 
 @dataclass

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.synth import ModelSpec, make_model
-from tests.helpers.hub import Hub
-
-REPO = "org/tiny"
+from tests.helpers.hub import REPO, Hub
 
 
 @pytest.fixture(scope="session")

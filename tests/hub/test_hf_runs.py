@@ -14,9 +14,8 @@ import pytest
 
 from harness.campaigns.runner import run_campaign
 from tests.helpers.engine import BMOE
-from tests.helpers.hub import Hub
+from tests.helpers.hub import REPO, Hub
 from tests.helpers.runner import engine, quiet
-from tests.hub.conftest import REPO
 
 
 @pytest.mark.engine

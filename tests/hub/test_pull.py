@@ -12,10 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers.hub import Hub
+from tests.helpers.hub import REPO, Hub
 from tests.helpers.pull import blobs, bmoe, one_error, snapshot_entries
 from tests.helpers.runner import wait_for
-from tests.hub.conftest import REPO
 
 SHARDS = [f"tiny-Q4_K_M-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
 

@@ -13,9 +13,8 @@ import pytest
 
 from harness.hub.spec import BadHubName, check_file_name, parse_ref
 from tests.helpers.faults import fill, mount_tmpfs
-from tests.helpers.hub import Hub
+from tests.helpers.hub import REPO, Hub
 from tests.helpers.pull import blobs, bmoe, one_error, snapshot_entries
-from tests.hub.conftest import REPO
 
 
 def test_unknown_repo_file_and_revision(hub: Hub, hf_env: Path):
