@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +62,45 @@ class _Hashing:
             left -= len(block)
         self.f.seek(end)
         return n
+
+
+class _Behind:
+    """Writes and hashes on a thread of its own, so the next chunk is received meanwhile (hashlib and file writes
+    release the GIL); drain() waits for every chunk handed over and re-raises the thread's error (ENOSPC)."""
+
+    def __init__(self, w: _Hashing) -> None:
+        self.w, self.err = w, None
+        self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
+        self.t = threading.Thread(target=self._run, daemon=True, name="bmoe-pull-writer")
+        self.t.start()
+
+    def _run(self) -> None:
+        while True:
+            b = self.q.get()
+            try:
+                if b is None:
+                    return
+                if self.err is None:
+                    self.w.write(b)
+            except BaseException as e:  # noqa: BLE001 -- handed to the receiving thread by drain()
+                self.err = e
+            finally:
+                self.q.task_done()
+
+    def write(self, b: bytes) -> None:
+        if self.err is not None:
+            self.drain()
+        self.q.put(b)
+
+    def drain(self) -> None:
+        self.q.join()
+        if self.err is not None:
+            e, self.err = self.err, None
+            raise e
+
+    def close(self) -> None:
+        self.q.put(None)
+        self.t.join()
 
 
 def _hash_kind(f: RemoteFile) -> tuple[str, Callable[[], hashlib._Hash]]:
@@ -162,21 +203,27 @@ def _download(url: str, headers: dict, part: Path, f: RemoteFile, new_hash, want
         fh.seek(have)
         advance(have)
         idle = 0
-        while have < f.size:
-            before = have
-            try:
-                _stream(url, headers, w, have, f.size, timeout, advance, where)
-            except (httpx2.TransportError, httpx2.TooManyRedirects):
-                if fh.tell() == before and idle >= RETRIES:
-                    raise
-            have = fh.tell()  # every chunk received was written, an interrupted GET's too
-            if have == before:
-                idle += 1
-                if idle > RETRIES:
-                    raise BadDownload(f"{where}: the hub sent no byte in {RETRIES + 1} tries; pull again later")
-                time.sleep(0.25 * 2 ** idle)
-            else:
-                idle = 0
+        behind = _Behind(w)
+        try:
+            while have < f.size:
+                before = have
+                try:
+                    _stream(url, headers, w, behind, have, f.size, timeout, advance, where)
+                except (httpx2.TransportError, httpx2.TooManyRedirects):
+                    behind.drain()
+                    if fh.tell() == before and idle >= RETRIES:
+                        raise
+                behind.drain()
+                have = fh.tell()  # every chunk received was written, an interrupted GET's too
+                if have == before:
+                    idle += 1
+                    if idle > RETRIES:
+                        raise BadDownload(f"{where}: the hub sent no byte in {RETRIES + 1} tries; pull again later")
+                    time.sleep(0.25 * 2 ** idle)
+                else:
+                    idle = 0
+        finally:
+            behind.close()  # what was received is on disk before the file closes (a Ctrl-C's partial file too)
         fh.flush()
     got = w.h.hexdigest()
     if got != want:
@@ -186,8 +233,8 @@ def _download(url: str, headers: dict, part: Path, f: RemoteFile, new_hash, want
                           "another file)")
 
 
-def _stream(url: str, headers: dict, w: _Hashing, have: int, size: int, timeout: float, advance: Advance,
-            where: str) -> None:
+def _stream(url: str, headers: dict, w: _Hashing, behind: _Behind, have: int, size: int, timeout: float,
+            advance: Advance, where: str) -> None:
     """One GET of the bytes from `have` on, each chunk written as it arrives."""
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
@@ -197,6 +244,7 @@ def _stream(url: str, headers: dict, w: _Hashing, have: int, size: int, timeout:
     with get_session().stream("GET", url, headers=h, timeout=timeout, follow_redirects=True) as r:
         hf_raise_for_status(r)
         if have and r.status_code == 200:  # the server ignored the Range: the whole file again
+            behind.drain()
             w.truncate(0)
             advance(-have)
             have = 0
@@ -210,7 +258,7 @@ def _stream(url: str, headers: dict, w: _Hashing, have: int, size: int, timeout:
         for chunk in r.iter_raw():
             if have + len(chunk) > size:
                 raise BadDownload(f"{where}: the hub sent more than the {size} bytes its listing names; refused")
-            w.write(chunk)
+            behind.write(chunk)
             have += len(chunk)
             advance(len(chunk))
 

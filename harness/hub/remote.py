@@ -106,33 +106,33 @@ def _hex(v: object, n: tuple[int, ...]) -> str | None:
 
 
 def listing(s: HubSettings, repo: str, revision: str) -> RepoListing:
-    """The repo's files at `revision` (model info with the files' metadata), from the endpoint itself."""
-    from huggingface_hub.hf_api import ModelInfo
-
+    """The repo's files at `revision` (model info with the files' metadata, as HfApi.model_info(files_metadata=True)
+    asks it), from the endpoint itself; every field checked before use (names, sizes, hashes)."""
     suffix = "" if revision == "main" else f"/revision/{quote(revision, safe='')}"
     url = f"{s.endpoint}/api/models/{repo}{suffix}"
     with hub_errors(s, repo):
-        info = ModelInfo(**_get_json(s, url, {"blobs": "true"}))
-    commit = _hex(info.sha, (40,))
+        info = _get_json(s, url, {"blobs": "true"})
+    commit = _hex(info.get("sha"), (40,))
     if commit is None:
         raise BadDownload(f"{repo}: the hub at {s.endpoint} gave no commit sha for revision {revision}; is "
                           "HF_ENDPOINT a hub?")
+    siblings = info.get("siblings")
     files: dict[str, RemoteFile] = {}
     skipped = []
-    for sib in (info.siblings or [])[:MAX_FILES]:
-        name = sib.rfilename
+    for sib in (siblings if isinstance(siblings, list) else [])[:MAX_FILES]:
+        name = sib.get("rfilename") if isinstance(sib, dict) else None
         try:
-            check_file_name(name, f"{repo}: the hub's file")
+            check_file_name(name if isinstance(name, str) else "", f"{repo}: the hub's file")
         except BadHubName:
             skipped.append(str(name)[:200])
             continue
-        lfs = sib.lfs
-        size = lfs.size if lfs is not None else sib.size
-        if not isinstance(size, int) or not 0 <= size <= MAX_FILE_BYTES:
+        lfs = sib.get("lfs") if isinstance(sib.get("lfs"), dict) else None
+        size = (lfs or sib).get("size")
+        if type(size) is not int or not 0 <= size <= MAX_FILE_BYTES:
             skipped.append(name)
             continue
-        files[name] = RemoteFile(name, size, _hex(lfs.sha256, (64,)) if lfs is not None else None,
-                                 _hex(sib.blob_id, (40,)))
+        files[name] = RemoteFile(name, size, _hex(lfs.get("sha256"), (64,)) if lfs else None,
+                                 _hex(sib.get("blobId"), (40,)))
     return RepoListing(repo, commit, files, tuple(skipped))
 
 
