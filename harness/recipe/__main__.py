@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     work, out = a.work.resolve(), a.out.resolve()
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    log = (work / "train.log").open("a")
+    log_path = work / "train.log"
+    log = log_path.open("a")
 
     def say(msg: str) -> None:
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {msg}"
@@ -91,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         "corpus": {"sha256": key, "packages": versions, "deb_sha256": deb_hashes, "license": "PSF-2.0",
                    "train_files": len(tr_files), "heldout_files": [f.rel for f in he_files], **counts},
         "heldout": {"cross_entropy_nats": round(ce, 4), "perplexity": round(math.exp(ce), 3), "tokens": n_tok},
-        "wall_s": {"train": round(train_s, 1), "total": round(time.monotonic() - t_all, 1)},
+        "wall_s": {"train": round(train_s, 1), "total": round(max(time.monotonic() - t_all, _logged_span(log_path)), 1),
+                   "note": "total: from the work folder's first log line to now, every resumed invocation and any "
+                           "wait between them included"},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "numpy": np.__version__, "llama_src": str(llama_src)},
         "files": {p.name: export.sha256(p) for p in [f16, *ggufs]},
@@ -101,6 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     plot_loss(work / "loss.csv", out / "loss.png", size.name)
     say(f"done: {', '.join(p.name for p in ggufs)} in {out}")
     return 0
+
+
+def _logged_span(log_path: Path) -> float:
+    """Seconds from the log's first timestamp to now (the recipe's wall time across resumed invocations)."""
+    import datetime as dt
+    try:
+        first = log_path.read_text().split(" ", 1)[0]
+        t0 = dt.datetime.strptime(first, "%Y-%m-%dT%H:%M:%S")
+    except (OSError, ValueError):
+        return 0.0
+    return (dt.datetime.now() - t0).total_seconds()
 
 
 def plot_loss(csv_path: Path, png: Path, name: str) -> None:

@@ -20,7 +20,8 @@ first run shows words a model wrote.
 
 ## How it was made
 - Corpus: the reST sources of Python's documentation and the standard library's modules, from Debian's {pkgs}
-  (`apt-get download`; deb sha256 in recipe.json). Corpus sha256 (package versions + every file's path and sha256):
+  (`apt-get download`; deb sha256 in recipe.json; both built from Debian's source package python3.11, whose
+  copyright file is LICENSE.corpus). Corpus sha256 (package versions + every file's path and sha256):
   `{c['sha256']}`.
 - Split by file name (sha256 of the path): {c['train_files']} training files, {len(c['heldout_files'])} held out
   (listed in recipe.json). {c['train_tokens']} training tokens (documents and {c['train_docs'] - c['train_files']}
@@ -33,8 +34,9 @@ first run shows words a model wrote.
   tokens), AdamW (0.9, 0.95, weight decay 0.1), peak learning rate {s['lr']}, {s['warmup']} warm-up steps, cosine to
   10%. Loss by step: loss.csv (loss, its cross-entropy part, the router's aux loss, held-out cross-entropy every
   {s['eval_every']} steps); the log: train.log.
-- Wall time on this machine (2 cores, shared): training {r['wall_s']['train'] / 60:.0f} min, the whole recipe
-  {r['wall_s']['total'] / 60:.0f} min.
+- Wall time on this machine (2 cores, shared with other work): training {r['wall_s']['train'] / 60:.0f} min, the
+  whole recipe {r['wall_s']['total'] / 60:.0f} min (from its first log line to the last file, resumed invocations
+  and any wait between them included).
 
 ## Held-out quality
 Cross-entropy {h['cross_entropy_nats']} nats a token, perplexity **{h['perplexity']}**, over {h['tokens']} held-out

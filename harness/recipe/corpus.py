@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGES = ("python3.11-doc", "libpython3.11-stdlib")
-LICENSE_FILES = ("usr/share/doc/python3.11-doc/copyright", "usr/share/doc/libpython3.11-stdlib/copyright")
+# both binary packages are built from Debian's one source package python3.11 and carry its one copyright file (the
+# stdlib package's doc folder is a link to libpython3.11-minimal's, which holds the same file)
+LICENSE_FILES = ("usr/share/doc/python3.11-doc/copyright",)
 # which files of the unpacked packages are text for the corpus (paths relative to the unpacked root)
 GLOBS = ("usr/share/doc/python3.11/html/_sources/**/*.rst.txt", "usr/lib/python3.11/**/*.py")
 HELDOUT_BYTE = 13  # 13/256 = ~5% of files held out
