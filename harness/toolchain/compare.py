@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.toolchain.families import EXPERT_FF, FAMILIES, HIDDEN, Family
+from harness.toolchain.families import DENSE_FF, EXPERT_FF, FAMILIES, HIDDEN, N_EXPERT, Family
 
 # bmoe's writer's name for each family's architecture, where the family's name is not one
 WRITER_ARCH = {"mixtral": "llama", "deepseek3": "deepseek2"}
@@ -67,7 +68,11 @@ def writer_spec(fam: Family, conv_kv: dict[str, str], n_vocab: int):
     kw = fam.kwargs
     arch = WRITER_ARCH.get(fam.name, fam.name)
     n_layer = int(kw.get("num_hidden_layers", 2))
-    return ModelSpec(arch=arch, n_layer=n_layer, n_expert=16, n_expert_used=2, n_embd=HIDDEN, n_ff_exp=EXPERT_FF,
+    k = kw.get("num_experts_per_tok", kw.get("moe_k", (kw.get("moe_topk") or [2])[0]))
+    params = (("n_nextn", 0),) if arch == "glm4moe" else ()
+    return ModelSpec(arch=arch, n_layer=n_layer, n_expert=N_EXPERT, n_expert_used=k, n_embd=HIDDEN, n_ff_exp=EXPERT_FF,
+                     n_ff=int(kw.get("intermediate_size_mlp", kw.get("intermediate_size", DENSE_FF))),
+                     arch_params=params,
                      n_ff_shexp=int(kw.get("shared_expert_intermediate_size", EXPERT_FF)),
                      n_head=kw["num_attention_heads"], n_head_kv=kw["num_key_value_heads"],
                      head_dim=int(kw.get("head_dim", 64)), n_vocab=max(n_vocab, 300), expert_type="q8_0",
@@ -98,8 +103,6 @@ def compare(family: str, conv: Path, writer: Path) -> Diff:
 
 def _short(names: list[str]) -> str:
     """Layer-generic names: blk.<i>. collapsed, so one line stands for every layer."""
-    import re
-
     out = sorted({re.sub(r"^blk\.\d+\.", "blk.N.", n) for n in names})
     return ", ".join(f"`{n}`" for n in out)
 
@@ -118,14 +121,15 @@ def markdown(d: Diff) -> str:
         lines.append(f"- tensors only in the writer's file: {_short(d.only_writer_tensors)}")
     seen: set[tuple[str, str, str]] = set()
     for n, c, w in d.types:
-        import re
-
         key = (re.sub(r"^blk\.\d+\.", "blk.N.", n), c, w)
         if key not in seen:
             seen.add(key)
             lines.append(f"- type of `{key[0]}`: converter {c}, writer {w}")
     for n, c, w in d.shapes:
-        lines.append(f"- shape of `{n}`: converter {c}, writer {w}")
+        key = (re.sub(r"^blk\.\d+\.", "blk.N.", n), c, w)
+        if key not in seen:
+            seen.add(key)
+            lines.append(f"- shape of `{key[0]}`: converter {c}, writer {w}")
     lines += [f"- {n}" for n in d.notes]
     return "\n".join(lines) + "\n"
 
