@@ -39,10 +39,11 @@ def sha256(path: Path) -> str:
 
 
 def stamp(llama_src: Path, quantize_bin: Path) -> str:
-    """The inputs' identity: this package's sources, the converter's entry file and the quantizer binary."""
+    """The inputs' identity: the sources that make the files, the converter's entry file and the quantizer binary."""
+    here = Path(__file__).parent
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).parents[1] / "recipe" / "convert.py",
-                                                           llama_src / "convert_hf_to_gguf.py", quantize_bin]:
+    for p in [here / n for n in ("build.py", "families.py", "tokenizers.py", "tokenization_tiny_hy.py")] + [
+            here.parent / "recipe" / "convert.py", llama_src / "convert_hf_to_gguf.py", quantize_bin]:
         h.update(p.name.encode() + sha256(p).encode())
     return h.hexdigest()[:16]
 
@@ -65,6 +66,18 @@ def checkpoint(fam: Family, hf_dir: Path) -> None:
     torch.manual_seed(fam.seed)
     model = getattr(transformers, fam.model)(config).eval()
     model.save_pretrained(str(hf_dir), safe_serialization=True)
+
+
+# text the tokenizer check encodes: words of the training text and others, digits, punctuation, a non-ASCII word
+TOKCHECK = "The expert cache keeps hot experts near. Routers pick 2 of 32 experts, 128 wide; naïve readers wait!"
+
+
+def token_ids(fam: Family, hf_dir: Path) -> list[int]:
+    """TOKCHECK's ids by the checkpoint's own tokenizer (transformers), for the test that llama.cpp agrees."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=fam.tokenizer == "hy")
+    return list(tok(TOKCHECK, add_special_tokens=False)["input_ids"])
 
 
 def convert(llama_src: Path, hf_dir: Path, out: Path, *extra: str) -> None:
@@ -113,6 +126,7 @@ def build_family(fam: Family, out: Path, llama_src: Path, quantize_bin: Path) ->
         files[q] = dst.name
     entry = {"arch": fam.arch, "config": fam.config, "model": fam.model, "seed": fam.seed,
              "tokenizer": fam.tokenizer, "files": files, "fallback_tensors": fb,
+             "tokcheck": {"text": TOKCHECK, "ids": token_ids(fam, hf_dir)},
              "seconds": {"checkpoint": round(t1 - t0, 2), "convert": round(t2 - t1, 2),
                          "quantize": round(time.monotonic() - t2, 2)}}
     if fam.name == SPLIT_FAMILY:

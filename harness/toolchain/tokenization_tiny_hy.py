@@ -32,7 +32,8 @@ class TinyHYTokenizer(PreTrainedTokenizer):
     def __init__(self, vocab_file: str, **kwargs):
         self._tk = Tokenizer.from_file(vocab_file)
         added = {t.content for t in self._tk.get_added_tokens_decoder().values()}
-        vocab = self._tk.get_vocab(with_added_tokens=True)
+        # in id order: the converter lists merges in mergeable_ranks' order, and llama.cpp ranks merges by that list
+        vocab = dict(sorted(self._tk.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1]))
         dec = _byte_decoder()
         self.special_tokens = {t: i for t, i in vocab.items() if t in added}
         self.mergeable_ranks = {bytes(dec[c] for c in t): i for t, i in vocab.items() if t not in added}

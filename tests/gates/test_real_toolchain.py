@@ -104,6 +104,18 @@ def test_made_by_the_real_toolchain(manifest, family):
     assert down in fell and fell[down].split("->")[1] == types[down].lower(), fell
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_llama_cpp_tokenizes_as_the_checkpoint(manifest, family):
+    """The converted vocabulary tokenizes a text as the checkpoint's own tokenizer (transformers) does."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    check = manifest["families"][family]["tokcheck"]
+    llm = llama_cpp.Llama(model_path=str(path_of(manifest, family, "Q8_0")), vocab_only=True, verbose=False)
+    try:
+        assert llm.tokenize(check["text"].encode(), add_bos=False, special=False) == check["ids"]
+    finally:
+        llm.close()
+
+
 @pytest.mark.parametrize(("family", "quant"), CELLS)
 def test_streamed_equals_resident(manifest, resident, tmp_path, family, quant):
     model = path_of(manifest, family, quant)
