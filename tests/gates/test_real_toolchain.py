@@ -155,3 +155,37 @@ def test_converter_split_streams(manifest, resident, tmp_path):
     whole = resident(path_of(manifest, SPLIT_FAMILY, SPLIT_QUANT))
     assert resident(shards[0]) == whole
     assert run(shards[0], tmp_path, "--moe-stream", "--cache-mb", "1").tokens == whole
+
+
+def test_pulled_from_the_hub_streams(manifest, resident, tmp_path):
+    """The real toolchain's files served by the loopback hub (tests/helpers/hub.py) as users get them: the
+    converter's 3-shard Q8_0 split and the whole Q4_K_M, pulled by `bmoe -hf` (every shard, each sha256 checked),
+    and streamed: the same tokens as the whole local file resident."""
+    from tests.helpers.engine import BMOE, read_csv
+    from tests.helpers.hub import Hub
+
+    folder = tmp_path / "repo"
+    folder.mkdir()
+    fam = manifest["families"][SPLIT_FAMILY]
+    for f in [*fam["split"]["files"], fam["files"]["Q4_K_M"]]:
+        os.link(OUT / f, folder / Path(f).name)
+    hub = Hub()
+    try:
+        hub.add_repo("org/real-qwen3moe", folder)
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf"),
+               "BMOE_HASH_CACHE": str(tmp_path / "h.json"), "HF_HUB_DISABLE_TELEMETRY": "1",
+               "HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "5"}
+        for k in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
+            env.pop(k, None)
+        for quant in ("Q8_0", "Q4_K_M"):
+            local = path_of(manifest, SPLIT_FAMILY, quant)
+            csv = tmp_path / f"{quant}.csv"
+            p = subprocess.run([*BMOE, "-hf", f"org/real-qwen3moe:{quant}", "-p", prompt_of(local), "-n", str(N),
+                                "-t", "2", "--moe-stream", "--cache-mb", "1", "--csv", str(csv)],
+                               capture_output=True, text=True, errors="replace", env=env, timeout=600)
+            assert p.returncode == 0, p.stderr
+            if quant == "Q8_0":
+                assert "and 2 more shard(s)" in p.stderr, p.stderr
+            assert read_csv(csv)[0] == resident(local), quant
+    finally:
+        hub.close()
