@@ -6,7 +6,7 @@
 #
 #   scripts/real-toolchain-models.sh OUT_DIR [--only FAMILY ...] [--publish DIR]
 #
-# OUT_DIR/manifest.json lists the files (sha256, llama-quantize's fallbacks, seconds); a second run with the same
+# OUT_DIR/models.json lists the files (sha256, llama-quantize's fallbacks, seconds); a second run with the same
 # sources and tools does nothing. --publish DIR also copies two families' quantized files (olmoe whole, qwen3moe with
 # its Q8_0 in shards) into DIR/tiny-<family>-GGUF/, laid out as a hub repository holds them.
 # Needs the toolchain venv (scripts/toolchain-venv.sh) and llama-quantize (scripts/build-llama-perplexity.sh, ~15

@@ -6,7 +6,7 @@ For each family (families.py): a tokenizer (tokenizers.py), transformers' own co
 `save_pretrained` (safetensors) into OUT_DIR/hf/<name>; the pinned converter (harness.recipe.convert: the
 converter's own main, with one pre-tokenizer registration) to OUT_DIR/<name>-F16.gguf; the pinned llama-quantize to
 each of QUANTS. One family is also converted into SPLIT_SHARDS shards (the converter's --split-max-tensors, llama.cpp's
-name-0000i-of-0000n.gguf naming) and quantized with --keep-split. OUT_DIR/manifest.json lists every file with its
+name-0000i-of-0000n.gguf naming) and quantized with --keep-split. OUT_DIR/models.json lists every file with its
 sha256, the stamp of the inputs (these sources, the tools' build) and each step's seconds; a second run with the same
 stamp does nothing."""
 
@@ -26,6 +26,7 @@ from harness.toolchain.families import FAMILIES, Family
 
 QUANTS = ("Q8_0", "Q4_K_M", "IQ4_XS")
 SPLIT_FAMILY, SPLIT_QUANT, SPLIT_SHARDS = "qwen3moe", "Q8_0", 3
+MANIFEST = "models.json"  # OUT_DIR's list of every file (its own format: not a campaign folder's manifest)
 # --publish: family -> whether its SPLIT_QUANT goes as shards (the whole file otherwise)
 PUBLISH: dict[str, bool] = {"olmoe": False, SPLIT_FAMILY: True}
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real-toolchain: unknown families {unknown}; known: {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
     st = stamp(a.llama_src.resolve(), a.quantize.resolve())
-    mpath = out / "manifest.json"
+    mpath = out / MANIFEST
     old = json.loads(mpath.read_text()) if mpath.exists() else {}
     fams = old.get("families", {}) if old.get("stamp") == st else {}
     os.environ.setdefault("OMP_NUM_THREADS", "2")

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.toolchain.build import MANIFEST
 from harness.toolchain.families import DENSE_FF, EXPERT_FF, FAMILIES, HIDDEN, N_EXPERT, Family
 
 # bmoe's writer's name for each family's architecture, where the family's name is not one
@@ -136,12 +137,12 @@ def markdown(d: Diff) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.toolchain.compare")
-    ap.add_argument("out", type=Path, help="a real-toolchain build folder (its manifest.json)")
+    ap.add_argument("out", type=Path, help="a real-toolchain build folder (its models.json)")
     ap.add_argument("--quant", default="Q8_0")
     a = ap.parse_args(argv)
     from harness.synth import make_model
 
-    man = json.loads((a.out / "manifest.json").read_text())
+    man = json.loads((a.out / MANIFEST).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         for name, e in man["families"].items():
             conv = a.out / e["files"][a.quant]

@@ -106,7 +106,9 @@ def test_breakdown_of_this_process_sees_a_noreserve_mapping_and_a_thread_arena()
     assert 4 * MIB <= grew < 5 * MIB
     arena = after["malloc thread arenas"].rss - before["malloc thread arenas"].rss
     assert arena >= 4 * MIB  # 128 x 64 KiB written (an arena reused from an earlier thread may have had room)
-    assert after["Python and modules (code)"].rss > 0 and after["[heap] (malloc main arena)"].count == 1
+    # the main arena is one [heap] mapping in a fresh process; an earlier test in the same process may have split it
+    # (an madvise or mprotect on part of it makes the kernel show several), so at least one
+    assert after["Python and modules (code)"].rss > 0 and after["[heap] (malloc main arena)"].count >= 1
     for p in blocks:
         libc.free(p)
     res.mm.close()

@@ -58,13 +58,15 @@ def _non_default(spec) -> list[str]:
 
 
 STREAM_ONLY = [s for s in SPECS if s.flag.stream_only]
+# the flags a field needs beside it to be accepted with --moe-stream (its cross-field rule in config/rules.py)
+COMPANIONS = {"predict_min_recall": ["--predict-prefetch"]}
 
 
 @pytest.mark.parametrize("spec", STREAM_ONLY, ids=[s.name for s in STREAM_ONLY])
 def test_stream_only_fields_away_from_their_default_need_moe_stream(spec):
     argv = M + _non_default(spec)
     refused(argv, f"{spec.label} only applies with --moe-stream")
-    cfg = parse_cli(argv + ["--moe-stream"])
+    cfg = parse_cli(argv + COMPANIONS.get(spec.name, []) + ["--moe-stream"])
     assert getattr(cfg, spec.name) != spec.default
 
 

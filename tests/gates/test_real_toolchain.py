@@ -17,7 +17,7 @@ import pytest
 from gguf import GGUFReader
 
 from harness.formats.route_trace import DECODE, read_route_trace
-from harness.toolchain.build import QUANTS, SPLIT_FAMILY, SPLIT_QUANT, SPLIT_SHARDS
+from harness.toolchain.build import MANIFEST, QUANTS, SPLIT_FAMILY, SPLIT_QUANT, SPLIT_SHARDS
 from harness.toolchain.families import FAMILIES
 from tests.helpers.engine import Run, bmoe
 
@@ -46,7 +46,7 @@ def manifest() -> dict:
     r = subprocess.run([str(REPO / "scripts" / "real-toolchain-models.sh"), str(OUT)], capture_output=True,
                        text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-4000:]
-    return json.loads((OUT / "manifest.json").read_text())
+    return json.loads((OUT / MANIFEST).read_text())
 
 
 def path_of(manifest: dict, family: str, quant: str) -> Path:
