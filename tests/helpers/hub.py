@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -130,6 +131,11 @@ class Hub:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone mid-response (the fault tests cut, fill or abandon downloads) is expected: kept in `errors`,
+        not printed, since socketserver's traceback on stderr would land in an in-process pull's captured stderr."""
+        self.__dict__.setdefault("errors", []).append(sys.exc_info()[1])
 
 
 def _serve(hub: Hub, name: str) -> _Server:
