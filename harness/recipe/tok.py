@@ -31,9 +31,11 @@ def chat_text(user: str, assistant: str) -> str:
     return f"{IM_START}user\n{user}{IM_END}\n{IM_START}assistant\n{assistant}{IM_END}\n"
 
 
-def train(texts: Iterator[str], vocab: int, out: Path) -> None:
+def train(texts: Iterator[str], vocab: int, out: Path, specials: list[str] | None = None,
+          chat_template: str = CHAT_TEMPLATE, max_length: int = 4096):  # -> PreTrainedTokenizerFast
     """Train the BPE and save tokenizer.json, tokenizer_config.json and special_tokens_map.json into `out` (the HF
-    checkpoint folder the converter reads)."""
+    checkpoint folder the converter reads); returns the tokenizer. `specials` (EOS first): ChatML's by default."""
+    specials = specials or SPECIALS
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -44,15 +46,16 @@ def train(texts: Iterator[str], vocab: int, out: Path) -> None:
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=SPECIALS, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tk.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=None,
-                                   unk_token=None, additional_special_tokens=[IM_START, IM_END])
-    fast.chat_template = CHAT_TEMPLATE
-    fast.model_max_length = 4096
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=specials[0], pad_token=specials[0], bos_token=None,
+                                   unk_token=None, additional_special_tokens=specials[1:])
+    fast.chat_template = chat_template
+    fast.model_max_length = max_length
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out))
+    return fast
 
 
 def load(folder: Path):  # -> PreTrainedTokenizerFast

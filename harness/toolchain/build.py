@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.recipe.export import sha256
 from harness.toolchain.families import FAMILIES, Family
 
 QUANTS = ("Q8_0", "Q4_K_M", "IQ4_XS")
@@ -29,14 +30,6 @@ SPLIT_FAMILY, SPLIT_QUANT, SPLIT_SHARDS = "qwen3moe", "Q8_0", 3
 MANIFEST = "models.json"  # OUT_DIR's list of every file (its own format: not a campaign folder's manifest)
 # --publish: family -> whether its SPLIT_QUANT goes as shards (the whole file otherwise)
 PUBLISH: dict[str, bool] = {"olmoe": False, SPLIT_FAMILY: True}
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def stamp(llama_src: Path, quantize_bin: Path) -> str:

@@ -44,27 +44,9 @@ def corpus(n_lines: int = 2000, seed: int = 0) -> list[str]:
 
 def train_bpe(out: Path, vocab: int = 512) -> int:
     """tokenizer.json, tokenizer_config.json, special_tokens_map.json into `out`; returns the vocabulary size."""
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from harness.recipe.tok import train
 
-    from harness.recipe.tok import QWEN2_SPLIT
-
-    tk = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tk.normalizer = normalizers.NFC()
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
-    tk.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab, min_frequency=2, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tk.train_from_iterator(corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=None,
-                                   unk_token=None, additional_special_tokens=SPECIALS[1:])
-    fast.chat_template = CHAT_TEMPLATE
-    fast.model_max_length = 2048
-    out.mkdir(parents=True, exist_ok=True)
-    fast.save_pretrained(str(out))
+    fast = train(corpus(), vocab, out, specials=SPECIALS, chat_template=CHAT_TEMPLATE, max_length=2048)
     return len(fast)
 
 
