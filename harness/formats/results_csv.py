@@ -38,6 +38,7 @@ COLUMNS: dict[str, str] = {  # name -> meaning
 OPTIONAL: dict[str, str] = {
     "evictor_cpu_s_per_tok": "decode evictions' CPU on the evictor thread",
     "prefetch_mib_per_tok": "speculative MiB read per token", "prefetch_wasted_pct": "of which evicted unused",
+    "draft_kept_per_batch": "guess-ahead: guesses kept per verify batch", "draft_kept_pct": "of the guesses made, kept",
 }
 V2_ONLY = ("ci_method", "ratio_method")
 

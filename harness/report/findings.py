@@ -12,6 +12,7 @@ from harness.report.fleet import fleet_of, fleet_section, fleet_verdict, fleet_w
 from harness.report.intervals import fmt, methods_note, pairing_lines, precision_lines
 from harness.report.peers import engines_section
 from harness.report.provenance_md import provenance_lines, provenance_warnings
+from harness.report.recall_md import recall_section
 from harness.report.results import Results
 from harness.report.roof import combined_roofline, io_roofline
 from harness.report.sample import sample_section
@@ -168,7 +169,8 @@ def _table(res: Results) -> list[str]:
     vk = res.varying_keys
     head = ["cell", *vk, "runs", "tok/s [95% CI]", "x base [95% CI]", "s/token", "I/O wait", "cache mgmt",
             "mgmt CPU", "evictor CPU", "mgmt % (wall / CPU / exposed)", "compute", "MiB read/tok", "hit %",
-            "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree", "prefetch MiB/tok", "prefetch wasted %"]
+            "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree", "prefetch MiB/tok", "prefetch wasted %",
+            "guesses kept/batch", "guesses kept %"]
     cap_used = any(math.isfinite(c.cap_peak_mib) for c in res.cells)
     rss_used = any(math.isfinite(c.peak_rss_mib) for c in res.cells)
     drop = set()
@@ -184,6 +186,8 @@ def _table(res: Results) -> list[str]:
         drop.add("route agree")
     if not any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells):
         drop |= {"prefetch MiB/tok", "prefetch wasted %"}
+    if not any(math.isfinite(c.draft_per_batch) for c in res.cells):
+        drop |= {"guesses kept/batch", "guesses kept %"}
     cols = [h for h in head if h not in drop]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for c in res.cells:
@@ -199,6 +203,7 @@ def _table(res: Results) -> list[str]:
             "peak RSS MiB": _f(c.peak_rss_mib, 0), "cap peak MiB": _f(c.cap_peak_mib, 0),
             "majflt/tok": _f(c.majflt_per_tok, 1), "route agree": _f(c.route_agree, 3),
             "prefetch MiB/tok": _f(c.prefetch_mib_per_tok, 1), "prefetch wasted %": _f(c.prefetch_wasted_pct, 1),
+            "guesses kept/batch": _f(c.draft_per_batch, 2), "guesses kept %": _f(c.draft_kept_pct, 1),
         }
         for k in vk:
             vals[k] = c.config.get(k, "n/a")
@@ -231,6 +236,10 @@ def _table(res: Results) -> list[str]:
         notes.append("prefetch MiB/tok (--prefetch, --predict-prefetch): speculative bytes read per token, part of "
                      "MiB read/tok; prefetch wasted % is the share of them evicted before any lookup used them "
                      "(settled later than read, so the last tokens' reads may still be unsettled).")
+    if "guesses kept/batch" not in drop:
+        notes.append("guesses kept/batch (--ngram, --mtp): guessed tokens kept per verify batch that carried guesses "
+                     "(each kept guess is a token written without a decode of its own); guesses kept % is the share "
+                     "of the guesses made that were kept. Both over the kept tokens.")
     return lines + notes
 
 
@@ -354,6 +363,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
     L += sample_section(data)
+    L += recall_section(data)
     L += fleet_section(data, res, fl)
     L += fidelity or []
     L += engines_section(data)

@@ -42,6 +42,8 @@ class CellResult:
     route_agree: float = math.nan  # --route-ahead: mean per-token slot agreement with the true routing (lossy)
     prefetch_mib_per_tok: float = math.nan  # --prefetch / --predict-prefetch: speculative MiB read per token
     prefetch_wasted_pct: float = math.nan  # of the speculative bytes, the share evicted before any use
+    draft_per_batch: float = math.nan  # --ngram / --mtp: guesses kept per verify batch that carried guesses
+    draft_kept_pct: float = math.nan  # of the guesses made, the share kept
 
 
 @dataclass
@@ -91,6 +93,15 @@ def _share(part: list[np.ndarray], whole: list[np.ndarray]) -> float:
     keep = np.isfinite(p) & np.isfinite(q)
     total = float(q[keep].sum()) if keep.any() else 0.0
     return 100.0 * float(p[keep].sum()) / total if total > 0 else math.nan
+
+
+def _per_batch(kept: list[np.ndarray], proposed: list[np.ndarray]) -> float:
+    """Guesses kept per verify batch: a verify batch's first token row carries its guesses made and kept (0 made on
+    every other row); NaN where no row carried a guess."""
+    k = np.concatenate(kept) if kept else np.zeros(0)
+    p = np.concatenate(proposed) if proposed else np.zeros(0)
+    batches = np.isfinite(p) & np.isfinite(k) & (p > 0)
+    return float(k[batches].sum()) / int(batches.sum()) if batches.any() else math.nan
 
 
 def _last(runs: list[RunData], name: str) -> float:
@@ -200,6 +211,8 @@ def compute_results(data: CampaignData) -> Results:
             route_agree=_nanmean(_col(ok, "route_agree", w)),
             prefetch_mib_per_tok=_nanmean(_col(ok, "prefetch_bytes", w)) / 2**20,
             prefetch_wasted_pct=_share(_col(ok, "prefetch_wasted_bytes", w), _col(ok, "prefetch_bytes", w)),
+            draft_per_batch=_per_batch(_col(ok, "draft_accepted", w), _col(ok, "draft_proposed", w)),
+            draft_kept_pct=_share(_col(ok, "draft_accepted", w), _col(ok, "draft_proposed", w)),
         ))
         for f in (stats.few_runs_check(c.label, len(ok)),
                   stats.variance_check(c.label, cells[-1].run_rates)):
@@ -274,6 +287,7 @@ def results_rows(res: Results) -> list[dict[str, object]]:
     rows = []
     prefetched = any(math.isfinite(c.prefetch_mib_per_tok) for c in res.cells)
     evictor = any(math.isfinite(c.evictor_cpu_s) for c in res.cells)
+    guessed = any(math.isfinite(c.draft_per_batch) for c in res.cells)
     for c in res.cells:
         row = {"cell": c.label}
         for k in res.varying_keys:
@@ -297,5 +311,7 @@ def results_rows(res: Results) -> list[dict[str, object]]:
         if prefetched:  # only where a cell read ahead (every other folder's results.csv keeps its columns)
             row.update({"prefetch_mib_per_tok": _r(c.prefetch_mib_per_tok, 3),
                         "prefetch_wasted_pct": _r(c.prefetch_wasted_pct, 2)})
+        if guessed:  # only where a cell guessed ahead (every other folder's results.csv keeps its columns)
+            row.update({"draft_kept_per_batch": _r(c.draft_per_batch, 3), "draft_kept_pct": _r(c.draft_kept_pct, 2)})
         rows.append(row)
     return rows
