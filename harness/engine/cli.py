@@ -2,7 +2,7 @@
 and turns errors into one line and an exit status: 2 a user error (a flag, a file), 3 an engine failure
 (short reads and EIO on expert reads included), 4 a model file truncated or replaced under the running
 engine (a SIGBUS in its mapping, caught by harness.engine.io.lazymap.watch_model_files; BMOE_MODEL_WATCH=thread
-uses its pure-Python fallback), 130 interrupted."""
+uses its pure-Python fallback), 28 an output on a full disk (naming its flag and path), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -86,7 +86,9 @@ def run(argv: list[str]) -> int:
     from harness.engine.compose import open_engine
     from harness.engine.io import lazymap
     from harness.engine.io.faults import Faults
+    from harness.engine.run.paths import check_input_files
 
+    check_input_files(cfg)  # a FIFO or a device given as a file: refused before anything reads it
     if cfg.fidelity_ref or cfg.fidelity_against:
         cfg = _fidelity_config(sub, cfg)
     sock = None

@@ -16,7 +16,7 @@ from typing import TextIO
 from harness import __version__
 from harness.engine.cache.budget import CapFit, ExpertSizes, plan_cache, release_slack
 from harness.engine.cache.expert_cache import ExpertCache
-from harness.engine.config import SPECS, EngineConfig, validate_for_model
+from harness.engine.config import EngineConfig, validate_for_model
 from harness.engine.guess.mtp import refusal as mtp_refusal
 from harness.engine.io import sysstats
 from harness.engine.io.dense import DenseWeights, effective_mode, sample_every
@@ -24,9 +24,11 @@ from harness.engine.io.reader import ExpertReader, SliceReader
 from harness.engine.io.release import BATCH_LAYERS
 from harness.engine.io.tracing import Tracing
 from harness.engine.model.gguf_layout import ModelLayout, load_layout
+from harness.engine.run.context_fit import check_context
 from harness.engine.run.engine import Engine, Parts
+from harness.engine.run.paths import check_input_files, check_model_file, check_output_paths
 from harness.engine.run.session import Session
-from harness.engine.run.sinks import CsvSink, RouteTraceSink, TextSink, TraceSink
+from harness.engine.run.sinks import CsvSink, RouteTraceSink, TextSink, TraceSink, guarded
 from harness.engine.stream.hook import StreamHook
 from harness.errors import UserError
 from harness.formats.metrics_csv import MetricsWriter
@@ -36,30 +38,6 @@ MIB = 1048576
 
 # installed by the CLI for tests only (harness.engine.io.faults): wraps the reader the hook reads through
 ReaderWrapper = Callable[[SliceReader, ModelLayout], ExpertReader]
-
-
-def check_model_file(path: str) -> None:
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such model file; check the -m path")
-    if os.path.isdir(path):
-        raise UserError(f"{path}: is a directory; pass the .gguf file (first shard of a split model)")
-    if not os.access(path, os.R_OK):
-        raise UserError(f"{path}: permission denied; make the model file readable (chmod a+r)")
-
-
-def check_output_paths(cfg: EngineConfig) -> None:
-    """Every PATH the run will write (the flags declared `writes`), checked before the slow load: its directory
-    must exist (nothing is created for it) and the path must not be a directory. One line, exit 2."""
-    for s in SPECS:
-        path = getattr(cfg, s.name) if s.flag.writes else None
-        if not path:
-            continue
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            what = "is not a directory" if os.path.exists(parent) else "does not exist"
-            raise UserError(f"{s.label} {path}: its directory {parent} {what}; create it first or write elsewhere")
-        if os.path.isdir(path):
-            raise UserError(f"{s.label} {path}: is a directory; give a file path")
 
 
 def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
@@ -176,13 +154,14 @@ def _trace_sink(eng: Engine, tracing: Tracing) -> TraceSink:
     io = compute = None
     try:
         if cfg.io_trace:
-            io = TraceWriter(cfg.io_trace, IO_FORMAT, {
+            io = guarded("--io-trace", cfg.io_trace, lambda: TraceWriter(cfg.io_trace, IO_FORMAT, {
                 **common, "io_threads": cfg.io_threads, "odirect_effective": int(bool(p.reader and p.reader.odirect)),
-                "perturbs": PERTURBS_IO})
+                "perturbs": PERTURBS_IO}))
         if cfg.compute_trace:
-            compute = TraceWriter(cfg.compute_trace, COMPUTE_FORMAT, {
-                **common, "threads": cfg.threads, "hook_front": p.hook.front if p.hook else "",
-                "perturbs": PERTURBS_COMPUTE})
+            compute = guarded("--compute-trace", cfg.compute_trace, lambda: TraceWriter(
+                cfg.compute_trace, COMPUTE_FORMAT, {**common, "threads": cfg.threads,
+                                                    "hook_front": p.hook.front if p.hook else "",
+                                                    "perturbs": PERTURBS_COMPUTE}))
     except BaseException:
         for w in (io, compute):
             if w is not None:
@@ -196,8 +175,10 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     """Check the model, plan the cache (refusals come before the slow load), load, wire, open the sinks.
     `out` receives the generated text (or the progress lines)."""
     check_model_file(cfg.model)
+    check_input_files(cfg)
     check_output_paths(cfg)
     layout = load_layout(cfg.model)
+    check_context(cfg, layout)
     validate_for_model(cfg, layout.n_expert, layout.n_expert_used)
     if cfg.mtp and (why := mtp_refusal(cfg.model, layout.arch, layout.n_layer_nextn)):
         raise UserError(why)
@@ -239,16 +220,23 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
     eng = Engine(cfg, layout, k, session, parts)
     try:
         _check_cap(eng)
-        if cfg.csv:
-            eng.sinks.append(CsvSink(MetricsWriter(cfg.csv, eng.preamble())))
-        if cfg.route_trace and parts.hook:
-            eng.sinks.append(RouteTraceSink(
-                RouteTraceWriter(cfg.route_trace, cfg.model, layout.arch, layout.n_layer, layout.n_expert, k,
-                                 layout.expert_bytes_per_layer(), layout.dense_bytes_by_layer), parts.hook))
-        if parts.hook and parts.hook.tracing:
-            eng.sinks.append(_trace_sink(eng, parts.hook.tracing))
-        eng.sinks.append(TextSink(out, cfg.progress))
+        _open_sinks(eng, out)
     except BaseException:
         eng.close()
         raise
     return eng
+
+
+def _open_sinks(eng: Engine, out: TextIO) -> None:
+    """The telemetry sinks, each guarded: an output that cannot be created or written (a read-only folder, a full
+    disk, /dev/full) is one line naming its flag and path, now or at the token that fails."""
+    cfg, layout, parts, k = eng.cfg, eng.layout, eng.parts, eng.k
+    if cfg.csv:
+        eng.sinks.append(CsvSink(guarded("--csv", cfg.csv, lambda: MetricsWriter(cfg.csv, eng.preamble()))))
+    if cfg.route_trace and parts.hook:
+        eng.sinks.append(RouteTraceSink(guarded("--route-trace", cfg.route_trace, lambda: RouteTraceWriter(
+            cfg.route_trace, cfg.model, layout.arch, layout.n_layer, layout.n_expert, k,
+            layout.expert_bytes_per_layer(), layout.dense_bytes_by_layer)), parts.hook))
+    if parts.hook and parts.hook.tracing:
+        eng.sinks.append(_trace_sink(eng, parts.hook.tracing))
+    eng.sinks.append(TextSink(out, cfg.progress))

@@ -6,16 +6,46 @@ Each sink takes every `TokenRow` with its text delta, then the summary once, the
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING, Protocol, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TextIO, TypeVar, cast
 
+from harness.engine.run.paths import write_error
 from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
 from harness.formats.progress import progress_line
+
+W = TypeVar("W")
 
 if TYPE_CHECKING:
     from harness.engine.io.tracing import Tracing
     from harness.engine.stream.hook import StreamHook
     from harness.formats.route_trace import RouteTraceWriter
     from harness.formats.traces import TraceWriter
+
+
+def guarded(label: str, path: str, make: Callable[[], W]) -> W:
+    """The writer `make()` opens, every later call on it guarded: an OSError (a read-only folder, a full disk,
+    /dev/full) becomes one line naming the flag and the path (harness.engine.paths.write_error)."""
+    try:
+        return cast(W, _Guarded(make(), label, path))
+    except OSError as e:
+        raise write_error(label, path, e) from None
+
+
+class _Guarded:
+    def __init__(self, inner: object, label: str, path: str):
+        self._inner, self._label, self._path = inner, label, path
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*a, **kw):
+            try:
+                return attr(*a, **kw)
+            except OSError as e:
+                raise write_error(self._label, self._path, e) from None
+        return call
 
 
 class Sink(Protocol):
