@@ -4,6 +4,7 @@ exit code."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
@@ -57,6 +58,15 @@ def error_line(msg: str) -> None:
         sys.stderr.write(f"Error: {msg}\n")
 
 
+_WHERE_ERRORS = {
+    errno.EACCES: "give a path you can write (or read)", errno.EPERM: "give a path you can write (or read)",
+    errno.EROFS: "the filesystem is read-only: give a path elsewhere",
+    errno.ENOSPC: "free some space there and run the command again",
+    errno.EDQUOT: "free some space there and run the command again",
+    errno.ENAMETOOLONG: "give a shorter path or name",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, standalone_mode=False)  # typer.Exit(n) and Ctrl-C come back as the return value
@@ -68,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except typer.Exit as e:
         return e.exit_code
+    except OSError as e:  # a destination no command turned into its own line: still one line naming it
+        if e.filename is None or e.errno not in _WHERE_ERRORS:
+            raise
+        error_line(f"{e.filename}: {e.strerror}; {_WHERE_ERRORS[e.errno]}")
+        return 28 if e.errno in (errno.ENOSPC, errno.EDQUOT) else 2
     except Exception as e:  # click's usage errors (typer may bundle its own click: match by shape)
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             error_line(e.format_message().replace("\n", " ") + " (see bmoe-bench --help)")

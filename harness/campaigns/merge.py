@@ -19,6 +19,7 @@ description), as a fleet records it; runs on one and the same machine carry none
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import re
@@ -27,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-from harness.formats.files import sha256_file
+from harness.errors import BmoeError, UserError
+from harness.formats.files import disk_full, is_disk_full, sha256_file
 from harness.formats.folder import CAMPAIGN_FILE, PROMPTS_FILE, RUNS
 from harness.formats.manifest import Manifest, RunRecord, hash_files, load_manifest, run_dir, save_manifest
 
@@ -73,19 +74,36 @@ def merge_folders(folders: list[Path], out: Path) -> MergeResult:
     if problems:
         raise MergeError(problems)
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a read-only or full destination: one line naming it
+        raise _unwritable(out, e) from None
     try:
         bad = _copy_runs(loaded, out)
         if bad:
             raise MergeError(bad)
         m = _merged(loaded, labels, devices)
         save_manifest(out, m)
-    except BaseException:
+    except BaseException as e:
         _undo(out, made)
+        if isinstance(e, OSError):
+            raise _unwritable(out, e) from None
         raise
     pending = [r.run_id for r in m.runs if not r.finished]
     return MergeResult(folder=out, n_finished=len(m.runs) - len(pending), pending=pending,
                        shards=[fm[1].shard or "all" for fm in loaded], devices=sorted(devices))
+
+
+def _unwritable(out: Path, e: OSError) -> BmoeError:
+    """--out cannot be written (permissions, a read-only filesystem, a full disk, a name too long)."""
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+        _src, dst, why = e.args[0][0]  # copytree gathers its failures as text
+        full = f"[Errno {errno.ENOSPC}]" in str(why) or f"[Errno {errno.EDQUOT}]" in str(why)
+        e = OSError(errno.ENOSPC if full else errno.EIO, str(why).split("] ")[-1].split(":")[0], dst)
+    if is_disk_full(e):
+        return disk_full(out, None, "free some space there, or merge into another --out")
+    return UserError(f"--out {out}: cannot write {e.filename or 'there'} ({e.strerror or e}); give a --out "
+                     "folder you can write")
 
 
 def _shard_index(m: Manifest) -> int:

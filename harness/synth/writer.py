@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.formats.files import disk_full, is_disk_full, not_writable
 from harness.synth.fill import tensor_chunks
 from harness.synth.gguf_encode import align
 from harness.synth.plan import ModelPlan, plan_model, shard_paths
@@ -22,10 +23,11 @@ def check_outputs(out: Path, n_split: int, force: bool) -> list[Path]:
     paths = shard_paths(out, n_split)
     if not out.parent.is_dir():
         raise UserError(f"output directory {out.parent} does not exist: create it or pick another OUT path")
-    if not force:
-        for p in paths:
-            if p.exists():
-                raise UserError(f"{p} already exists: pass --force to overwrite it")
+    for p in paths:
+        if p.exists() and not p.is_file():  # /dev/full, a FIFO: the .part beside it would land in /dev
+            raise UserError(f"{p} is not a regular file: give a file path for the model")
+        if p.exists() and not force:
+            raise UserError(f"{p} already exists: pass --force to overwrite it")
     return paths
 
 
@@ -61,8 +63,13 @@ def write_plan(plan: ModelPlan, paths: list[Path], on_bytes: ProgressFn | None =
                         on_bytes(len(chunk))
                 f.write(b"\0" * (align(pos) - pos))
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             tmp.unlink(missing_ok=True)
+            if is_disk_full(e):  # one line naming the file, what it needed and the space left
+                raise disk_full(path, plan.shard_sizes[shard.index], "free some space there or write elsewhere") \
+                    from None
+            if isinstance(e, OSError) and (denied := not_writable(path, e)) is not None:
+                raise denied from None
             raise
 
 
