@@ -48,11 +48,12 @@ from harness.adb_shell import (
     sh_join,
 )
 from harness.errors import UserError
+from harness.link_timeouts import LIMITS, unbounded
 
 SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the device after a push
-_SHORT_TIMEOUT_S = 60.0
 _HASH_TIMEOUT_S = 3600.0  # sha256 of a 60 GB model on a phone takes a few minutes
 _HOST_GRACE_S = 15.0  # host-side deadline beyond the device-side `timeout`
+_STOP_BUDGET_S = 1.5  # Ctrl-C or SIGTERM: the engine's kill on the device gets this long (else reaped later)
 _counter = itertools.count()
 
 # exceptions meaning the adb server or the device connection failed
@@ -100,15 +101,16 @@ class Device:
 
     # ---- commands --------------------------------------------------------------------------------------
 
-    def shell(self, cmd: str, timeout: float = _SHORT_TIMEOUT_S) -> tuple[int, str, str]:
-        """Run one already-quoted command line; (exit code, stdout, stderr). Raises DeviceGone."""
+    def shell(self, cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
+        """Run one already-quoted command line; (exit code, stdout, stderr). Raises DeviceGone. Bounded by timeout,
+        else by the command's call bound (harness.link_timeouts)."""
         try:
-            r = self._dev.shell2(cmd, timeout=timeout, v2=True)
+            r = self._dev.shell2(cmd, timeout=timeout or LIMITS.call_s, v2=True)
         except ADB_ERRORS as e:
             raise DeviceGone(self.gone_reason(e)) from e
         return r.returncode, r.stdout, r.stderr
 
-    def shell_ok(self, cmd: str, what: str, timeout: float = _SHORT_TIMEOUT_S) -> str:
+    def shell_ok(self, cmd: str, what: str, timeout: float | None = None) -> str:
         """stdout of a command that must succeed; UserError "cannot <what>: ..." otherwise."""
         try:
             code, out, err = self.shell(cmd, timeout)
@@ -229,7 +231,8 @@ class Device:
             part = f"{remote}.part"
             mode = 0o755 if executable or os.access(p, os.X_OK) else 0o644
             try:
-                self._dev.sync.push(str(p), part, mode=mode)
+                with unbounded():  # a large file: bounded by the stall, not by one call's time
+                    self._dev.sync.push(str(p), part, mode=mode)
             except ADB_ERRORS as e:
                 self.shell(sh_join(["rm", "-f", part]))
                 raise UserError(f"{kind} {p.name}: push to {self.serial} failed: {one_line(e)}") from e
@@ -252,7 +255,8 @@ class Device:
             return False
         tmp = dest.with_name(dest.name + ".part")
         try:
-            self._dev.sync.pull(remote, str(tmp))
+            with unbounded():
+                self._dev.sync.pull(remote, str(tmp))
         except ADB_ERRORS as e:
             raise DeviceGone(self.gone_reason(e)) from e
         got = tmp.stat().st_size
@@ -278,9 +282,10 @@ class Device:
         t0 = time.monotonic()
         stream = V2Stream(log, on_stdout_line)
         try:
-            conn = self._dev.open_transport(timeout=_SHORT_TIMEOUT_S)
+            conn = self._dev.open_transport(timeout=LIMITS.call_s)
             conn.send_command(f"shell,v2:{cmd}")
             conn.check_okay()
+            conn.conn.lift_deadline()  # the run's output stream: bounded by the run's own timeout below
         except ADB_ERRORS as e:
             return ShellRun(None, time.monotonic() - t0, None, gone=self.gone_reason(e))
         pid: int | None = None
@@ -311,7 +316,8 @@ class Device:
                     break
                 stream.feed(data)
         except BaseException:  # KeyboardInterrupt: kill the process on the device, then re-raise
-            self._kill_pidfile(pid, pidfile)
+            if not self._kill_pidfile(pid, pidfile, budget_s=_STOP_BUDGET_S):
+                self._orphans.append(pidfile)  # not reached in time: killed before the next run
             raise
         finally:
             conn.close()
@@ -337,9 +343,9 @@ class Device:
         timed_out = host_timeout or (code == 124 and wall >= secs - 1) or (code == 137 and wall >= secs + 4)
         return ShellRun(None if timed_out else code, wall, pid, timed_out=timed_out, stderr_tail=tail)
 
-    def kill(self, pid: int, sig: str = "KILL") -> bool:
+    def kill(self, pid: int, sig: str = "KILL", timeout: float | None = None) -> bool:
         try:
-            code, _, _ = self.shell(sh_join(["kill", f"-{sig}", str(pid)]))
+            code, _, _ = self.shell(sh_join(["kill", f"-{sig}", str(pid)]), timeout=timeout)
         except DeviceGone:
             return False
         return code == 0
@@ -361,19 +367,26 @@ class Device:
         self._orphans = left
         return notes
 
-    def _read_pid(self, pidfile: str) -> int | None:
+    def _read_pid(self, pidfile: str, timeout: float = 5.0) -> int | None:
         try:
-            code, out, _ = self.shell(sh_join(["cat", pidfile]), timeout=5.0)
+            code, out, _ = self.shell(sh_join(["cat", pidfile]), timeout=timeout)
         except DeviceGone:
             return None
         s = out.strip()
         return int(s) if code == 0 and s.isdigit() else None
 
-    def _kill_pidfile(self, pid: int | None, pidfile: str) -> None:
-        pid = pid if pid is not None else self._read_pid(pidfile)
-        if pid is not None:
-            self.kill(pid, "KILL")
-        try:
-            self.shell(sh_join(["rm", "-f", pidfile]), timeout=5.0)
-        except DeviceGone:
-            pass
+    def _kill_pidfile(self, pid: int | None, pidfile: str, budget_s: float | None = None) -> bool:
+        """Kill the run's process by PID and remove its pidfile, within budget_s when given (a stop request must
+        end the command in seconds, even when the server stalls); whether the process was killed."""
+        end = None if budget_s is None else time.monotonic() + budget_s
+
+        def left(default: float) -> float:
+            return default if end is None else max(0.1, min(default, end - time.monotonic()))
+        pid = pid if pid is not None else self._read_pid(pidfile, left(5.0))
+        killed = pid is not None and (end is None or time.monotonic() < end) and self.kill(pid, "KILL", left(30.0))
+        if end is None or time.monotonic() < end:
+            try:
+                self.shell(sh_join(["rm", "-f", pidfile]), timeout=left(5.0))
+            except DeviceGone:
+                pass
+        return killed

@@ -23,6 +23,7 @@ from adbutils._adb import AdbConnection
 from harness.formats.campaign_fleet import DEFAULT_SERVER as DEFAULT_SERVER  # re-exported
 from harness.formats.campaign_fleet import parse_server as parse_server
 from harness.formats.campaign_fleet import server_name
+from harness.link_timeouts import LIMITS, GuardedSocket, LinkStalled
 
 
 class ServerUnreachable(adbutils.AdbError):
@@ -31,13 +32,22 @@ class ServerUnreachable(adbutils.AdbError):
 
 
 class _Connection(AdbConnection):
+    def __init__(self, host: str, port: int, name: str, total_s: float):
+        self._guard = (name, total_s)
+        super().__init__(host, port)
+
     def _safe_connect(self):  # adbutils' version starts a local adb server when this fails: never
-        return self._create_socket()
+        name, total_s = self._guard
+        # a command given longer than a call (a sha256 of a large file) may be silent until it ends: its own bound
+        stall = LIMITS.stall_s if total_s <= LIMITS.call_s else None
+        return GuardedSocket(self._create_socket(), f"adb server {name}", total_s, stall)
 
 
 class ServerClient(AdbClient):
     """adbutils' AdbClient for the server at host:port that never starts a server: a failed connection is
-    `ServerUnreachable` ("adb server H:P unreachable (...)")."""
+    `ServerUnreachable` ("adb server H:P unreachable (...)"). Every exchange is bounded (harness.link_timeouts): by
+    `timeout` when the caller gives one, else by the command's call bound; a server that stalls or trickles is
+    `LinkStalled`, one line naming it."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 5037, socket_timeout: float | None = None):
         super().__init__(host=host, port=port, socket_timeout=socket_timeout)
@@ -49,14 +59,10 @@ class ServerClient(AdbClient):
 
     def make_connection(self, timeout: float | None = None) -> AdbConnection:
         try:
-            c = _Connection(self.host, self.port)
+            return _Connection(self.host, self.port, self.name, timeout or self._timeout or LIMITS.call_s)
         except (adbutils.AdbError, OSError) as e:
             raise ServerUnreachable(f"adb server {self.name} unreachable ({_why(e)}); is `adb -a -P {self.port} "
-                              f"server nodaemon` running there?") from None
-        t = timeout or self._timeout
-        if t:
-            c.conn.settimeout(t)
-        return c
+                                    f"server nodaemon` running there?") from None
 
 
 def _why(e: BaseException) -> str:
@@ -73,9 +79,11 @@ class Listed:
 def list_server(host: str, port: int) -> list[Listed]:
     """The devices the server at host:port lists; ServerUnreachable naming it when it does not answer."""
     try:
-        return [Listed(d.serial, d.state) for d in ServerClient(host, port, socket_timeout=10).list()]
+        return [Listed(d.serial, d.state) for d in ServerClient(host, port).list()]
     except ServerUnreachable:
         raise
-    except (adbutils.AdbError, OSError, EOFError) as e:
+    except LinkStalled as e:
+        raise ServerUnreachable(str(e)) from None
+    except (adbutils.AdbError, OSError, EOFError, ValueError) as e:  # ValueError: a length that is not hex
         raise ServerUnreachable(f"adb server {server_name(host, port)} failed to list its devices "
                                 f"({_why(e)})") from None

@@ -30,9 +30,9 @@ from harness import devstate
 from harness.adb_parse import file_sha256, last_line, parse_df_available_kib, parse_sha256
 from harness.adb_shell import DESCRIBE_SCRIPT, SHA256_SCRIPT, script, sh_join
 from harness.errors import ResourceError, UserError
+from harness.link_timeouts import LIMITS
 
 SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the target after a copy
-SHORT_TIMEOUT_S = 60.0
 HASH_TIMEOUT_S = 3600.0
 SSH_FAILED = 255  # ssh's own exit code when the connection (not the command) failed
 
@@ -58,8 +58,10 @@ class SshAddress:
 def ssh_options(a: SshAddress) -> list[str]:
     """The options of every ssh call: no prompts (keys only), host keys trusted on first use and checked
     after, a dead link noticed within ~15 s."""
-    opts = ["-p", str(a.port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5",
-            "-o", "ServerAliveCountMax=3", "-o", "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"]
+    stall = max(1, round(LIMITS.stall_s))  # the command's bound (harness.link_timeouts): connect, then keep-alive
+    opts = ["-p", str(a.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={stall}",
+            "-o", f"ServerAliveInterval={max(1, stall // 3)}", "-o", "ServerAliveCountMax=3",
+            "-o", "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"]
     if a.identity_file:
         opts += ["-i", a.identity_file, "-o", "IdentitiesOnly=yes"]
     if a.known_hosts:
@@ -109,9 +111,10 @@ class SshLink:
         with open(err, "w") as ef:
             try:
                 p = subprocess.run(self.argv(master=True), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=ef, timeout=40, start_new_session=True)
+                                   stderr=ef, timeout=LIMITS.call_s, start_new_session=True)
             except subprocess.TimeoutExpired:
-                raise UserError(f"ssh target {self.serial}: no answer in 40 s; is the host up?") from None
+                raise UserError(f"ssh target {self.serial}: no answer in {LIMITS.call_s:g} s; is the host up, and "
+                                "is it an sshd? (--device-timeout sets the bound)") from None
         if p.returncode != 0:
             why = last_line(err.read_text(errors="replace")) or f"ssh exited {p.returncode}"
             raise UserError(f"ssh target {self.serial}: cannot connect: {why}"
@@ -141,8 +144,10 @@ class SshLink:
 
     # ---- commands --------------------------------------------------------------------------------------
 
-    def shell(self, cmd: str, timeout: float = SHORT_TIMEOUT_S, stdin=None) -> tuple[int, str, str]:
-        """Run one already-quoted command line; (exit code, stdout, stderr). Raises LinkGone."""
+    def shell(self, cmd: str, timeout: float | None = None, stdin=None) -> tuple[int, str, str]:
+        """Run one already-quoted command line; (exit code, stdout, stderr). Raises LinkGone. Bounded by timeout,
+        else by the command's call bound (harness.link_timeouts)."""
+        timeout = timeout or LIMITS.call_s
         try:
             p = subprocess.run(self.argv(cmd), stdin=stdin if stdin is not None else subprocess.DEVNULL,
                                capture_output=True, timeout=timeout)
@@ -153,7 +158,7 @@ class SshLink:
             raise LinkGone(f"{self.serial}: {last_line(err) or 'connection lost'}")
         return p.returncode, out, err
 
-    def shell_ok(self, cmd: str, what: str, timeout: float = SHORT_TIMEOUT_S) -> str:
+    def shell_ok(self, cmd: str, what: str, timeout: float | None = None) -> str:
         """stdout of a command that must succeed; UserError "cannot <what>: ..." otherwise."""
         try:
             code, out, err = self.shell(cmd, timeout)

@@ -10,14 +10,15 @@ usable at all, nothing starts. spread needs devices of one kind (the same model)
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
+from harness import interrupts
 from harness.campaigns import folder_setup, store
 from harness.campaigns.fleet import FleetDevice, fleet_plan, listed_devices, selected_devices, use_of
 from harness.campaigns.fleet_rounds import (
@@ -54,19 +55,37 @@ class Kit:
 
 
 def open_all(members: list[FleetMember]) -> tuple[dict[str, TargetSession], dict[str, str]]:
-    """Open every device at once, one try each: (the sessions opened, by label; why each other one was not)."""
-    def one(x: FleetMember) -> TargetSession | str:
-        try:
-            return x.open(None)
-        except ResourceError:
-            raise
-        except Exception as e:
-            return str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    """Open every device at once, one try each: (the sessions opened, by label; why each other one was not). Each
+    opens on a daemon thread and this thread waits for them checking for a stop request, so SIGTERM or Ctrl-C is
+    honoured at once even while a device's server hangs (its calls are bounded too: harness.link_timeouts)."""
+    if not members:
+        return {}, {}
+    got: dict[int, TargetSession | str | BaseException] = {}
+    done = threading.Event()
+    lock = threading.Lock()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(members)))) as pool:
-        got = list(pool.map(one, members))
-    opened = {x.device.label: g for x, g in zip(members, got, strict=True) if isinstance(g, TargetSession)}
-    why = {x.device.label: g for x, g in zip(members, got, strict=True) if isinstance(g, str)}
+    def one(i: int, x: FleetMember) -> None:
+        try:
+            r: TargetSession | str | BaseException = x.open(None)
+        except ResourceError as e:
+            r = e
+        except Exception as e:
+            r = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        with lock:
+            got[i] = r
+            if len(got) == len(members):
+                done.set()
+
+    for i, x in enumerate(members):
+        threading.Thread(target=one, args=(i, x), name=f"open-{x.device.label}", daemon=True).start()
+    while not done.wait(0.2):
+        interrupts.check()
+    for g in got.values():
+        if isinstance(g, BaseException):
+            raise g
+    res = [got[i] for i in range(len(members))]
+    opened = {x.device.label: g for x, g in zip(members, res, strict=True) if isinstance(g, TargetSession)}
+    why = {x.device.label: g for x, g in zip(members, res, strict=True) if isinstance(g, str)}
     return opened, why
 
 

@@ -36,6 +36,8 @@ from typing import Any, Protocol
 from harness import interrupts
 from harness.errors import ResourceError, UserError
 
+STOP_WAIT_S = 1.7  # Ctrl-C or SIGTERM: how long the workers get to stop their runs (each kill is bounded: 1.5 s)
+
 
 class Session(Protocol):
     """A device opened for runs (connected, its files staged)."""
@@ -222,8 +224,9 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                 _stop_all(stop, sessions, lock)
     except BaseException:  # Ctrl-C in the writer: end every run in progress, then let it through
         _stop_all(stop, sessions, lock)
+        end = time.monotonic() + STOP_WAIT_S  # the workers kill their engines (bounded); a hung one is left behind
         for t in threads:
-            t.join(30.0)
+            t.join(max(0.0, end - time.monotonic()))
         raise
     finally:
         for s in list(sessions.values()):

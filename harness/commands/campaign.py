@@ -29,12 +29,13 @@ def _set_option() -> list[str]:
 def validate(file: Path = typer.Argument(..., help="campaign YAML file"),
              set_: list[str] = _set_option()) -> None:
     """Check a campaign file (schema, one axis at a time, flags the engine would refuse) and show its
-    cells and run order."""
-    from harness.campaigns.validate import plan_campaign
+    cells and run order. A missing file that a script of scripts/ or the trained-model recipe makes is named,
+    one line each with what makes it, not refused (`run` needs it)."""
+    from harness.campaigns.made import plan_template
     from harness.campaigns.yamlsrc import CampaignError
 
     try:
-        plan = plan_campaign(file, overrides=set_)
+        plan, made = plan_template(file, overrides=set_)
     except CampaignError as e:
         if len(e.lines) == 1:
             raise
@@ -48,6 +49,8 @@ def validate(file: Path = typer.Argument(..., help="campaign YAML file"),
             f"{c.precision.max_repeats})") if c.precision else ""
     typer.echo(f"{file}: ok: campaign {c.name}, {len(plan.cells)} cells x {c.min_repeats()} repeats = "
                f"{len(plan.runs)} runs of {c.tokens} tokens{more}, order {c.order}, target {c.target.kind}")
+    for m in made:
+        typer.echo(f"  made: {m.line(c)}")
     for cell in plan.cells:
         typer.echo(f"  c{cell.index:02d} {cell.label}")
     typer.echo("  order: " + " ".join(r.run_id for r in plan.runs))
@@ -70,6 +73,9 @@ def run(
     shard: str | None = typer.Option(None, "--shard", metavar="K/N", help="run only shard K of N of the plan "
                                      "(its rounds K, K+N, ...), in a folder of its own; `bmoe-bench merge` joins "
                                      "the shards' folders"),
+    device_timeout: float | None = typer.Option(None, "--device-timeout", metavar="S", min=1.0, help=(
+        "adb and SSH targets: the longest one exchange with the device's server may take (default 30 s; a server "
+        "silent for half as long, at most 15 s, is called stalled); runs and copies have their own bounds")),
 ) -> None:
     """Run (or resume) a campaign: one engine process per run, raw files under OUT/<date>-<name>/,
     then the report. Exit status 1 if any run failed. --set overrides are part of the plan: the same
@@ -81,11 +87,15 @@ def run(
     from harness.report.build import write_report
 
     part = Shard.parse(shard) if shard is not None else None
-    resume = resume_command(file, out, set_) + (f" --shard {part}" if part else "")
+    resume = resume_command(file, out, set_) + (f" --shard {part}" if part else "") \
+        + (f" --device-timeout {device_timeout:g}" if device_timeout else "")
+    from harness.link_timeouts import command_limits
+
     restore = interrupts.install()  # SIGTERM stops a campaign as cleanly as Ctrl-C, and neither is lost
     try:
-        res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_,
-                           shard=part)
+        with command_limits(device_timeout):
+            res = run_campaign(file, root=out, fresh=fresh, retry_failed=retry_failed, overrides=set_,
+                               shard=part)
     except KeyboardInterrupt:
         interrupts.handled()
         raise Interrupted(f"interrupted: finished runs are kept; run `{resume}` to continue") from None

@@ -40,6 +40,7 @@ from harness.targets.base import LineCallback, RunOutcome
 from harness.targets.local import _Pumps
 
 _counter = itertools.count()
+_STOP_BUDGET_S = 1.5  # Ctrl-C or SIGTERM: the engine's kill on the target gets this long (else reaped later)
 _HOST_GRACE_S = 15.0
 
 
@@ -163,9 +164,10 @@ class SshTarget:
                 if time.monotonic() > t0 + secs + _HOST_GRACE_S:
                     host_timeout = True
                     break
-        except BaseException:  # KeyboardInterrupt: kill the process on the target, then re-raise
-            self._kill_pidfile(pid, pidfile)
+        except BaseException:  # KeyboardInterrupt: kill the process on the target (within a budget), re-raise
             proc.kill()
+            if not self._kill_pidfile(pid, pidfile, budget_s=_STOP_BUDGET_S):
+                self._orphans.append(pidfile)  # not reached in time: reaped before the next run
             raise
         if host_timeout:
             self._kill_pidfile(pid, pidfile)
@@ -231,22 +233,31 @@ class SshTarget:
         self._orphans = left
         return notes
 
-    def _read_pid(self, pidfile: str) -> int | None:
+    def _read_pid(self, pidfile: str, timeout: float = 5.0) -> int | None:
         try:
-            code, out, _ = self.link.shell(sh_join(["cat", pidfile]), timeout=5.0)
+            code, out, _ = self.link.shell(sh_join(["cat", pidfile]), timeout=timeout)
         except LinkGone:
             return None
         s = out.strip()
         return int(s) if code == 0 and s.isdigit() else None
 
-    def _kill_pidfile(self, pid: int | None, pidfile: str) -> None:
+    def _kill_pidfile(self, pid: int | None, pidfile: str, budget_s: float | None = None) -> bool:
+        """Kill the run's process by PID and remove its files, within budget_s when given (a stop request ends the
+        command in seconds even over a hung link); whether it was killed."""
+        end = None if budget_s is None else time.monotonic() + budget_s
+
+        def left(default: float) -> float:
+            return default if end is None else max(0.1, min(default, end - time.monotonic()))
+        killed = False
         try:
-            pid = pid if pid is not None else self._read_pid(pidfile)
-            if pid is not None:
-                self.link.shell(sh_join(["kill", "-KILL", str(pid)]), timeout=5.0)
-            self.link.shell(sh_join(["rm", "-f", pidfile, f"{pidfile}.exit"]), timeout=5.0)
+            pid = pid if pid is not None else self._read_pid(pidfile, left(5.0))
+            if pid is not None and (end is None or time.monotonic() < end):
+                killed = self.link.shell(sh_join(["kill", "-KILL", str(pid)]), timeout=left(5.0))[0] == 0
+            if end is None or time.monotonic() < end:
+                self.link.shell(sh_join(["rm", "-f", pidfile, f"{pidfile}.exit"]), timeout=left(5.0))
         except LinkGone:
             pass
+        return killed
 
 
 def ssh_target(spec) -> SshTarget:
@@ -266,5 +277,3 @@ def ssh_target(spec) -> SshTarget:
 def address_of(spec) -> SshAddress:
     return SshAddress(host=str(spec.host), port=spec.port or 22, user=spec.user,
                       identity_file=expand(spec.identity_file), known_hosts=expand(spec.known_hosts))
-
-
