@@ -29,11 +29,6 @@ class FleetDevice:
         return server_name(self.host, self.port)
 
 
-def is_fleet(plan: Plan) -> bool:
-    c = plan.campaign
-    return c.targets is not None or c.fleet is not None
-
-
 def use_of(plan: Plan) -> str:
     f = plan.campaign.fleet
     return f.use if f is not None else "compare"
