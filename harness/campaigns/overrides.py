@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from harness.campaigns.yamlsrc import Document, Loc, loc_name, type_name
+from harness.campaigns.yamlsrc import MAX_DEPTH, Document, Loc, TooLarge, compose, convert, loc_name, type_name
 from harness.formats.campaign import ONE_OF, SHORTHAND
 
 EXAMPLE = "e.g. --set target.serial=R5CT1234 or --set 'flags.--cache-mb=0'"
@@ -31,7 +31,12 @@ class Override:
 
     @property
     def where(self) -> str:
-        return f"--set {self.arg}"
+        return set_where(self.arg)
+
+
+def set_where(arg: str) -> str:
+    """`--set ARG` as a message names it: at most 80 characters of the argument (a hostile one may be megabytes)."""
+    return f"--set {arg if len(arg) <= 80 else arg[:76] + '...'}"
 
 
 def parse_override(arg: str) -> Override | str:
@@ -48,12 +53,16 @@ def parse_override(arg: str) -> Override | str:
             break
         part, _, rest = rest.partition(".")
         keys.append(part)
+        if len(keys) > MAX_DEPTH:
+            return f"the key has more than {MAX_DEPTH} dotted parts; a campaign's keys are a few deep (model.path)"
     if any(not k for k in keys):
         return f"{key!r} has an empty part; write keys joined by single dots, e.g. model.path"
     try:
         value = parse_value(text)
     except yaml.YAMLError as e:
         return f"the value is not YAML ({getattr(e, 'problem', None) or e})"
+    except TooLarge as e:
+        return f"the value: {e}"
     return Override(arg=arg, keys=tuple(keys), value=value,
                     text=None if isinstance(value, dict | list) else text.strip())
 
@@ -62,8 +71,9 @@ def parse_value(text: str) -> object:
     """A `--set` value: one YAML scalar as the file's reader would construct it, or YAML when it starts
     with a bracket or a quote."""
     s = text.strip()
-    if s[:1] in ("[", "{", "'", '"'):
-        return yaml.safe_load(s)
+    if s[:1] in ("[", "{", "'", '"'):  # bounded as the file is (harness.campaigns.yamlsrc)
+        node = compose(s)
+        return None if node is None else convert(node, Document())
     tag = _YAML.resolve(yaml.ScalarNode, s, (True, False))
     return _YAML.construct_object(yaml.ScalarNode(tag, s), deep=True)
 
@@ -73,7 +83,7 @@ def apply_overrides(doc: Document, args: list[str] | tuple[str, ...]) -> None:
     for arg in args:
         ov = parse_override(arg)
         if isinstance(ov, str):
-            doc.problems.append((f"--set {arg}", ov))
+            doc.problems.append((set_where(arg), ov))
             continue
         problem = _apply(doc, ov)
         if problem:

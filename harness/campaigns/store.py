@@ -17,11 +17,12 @@ campaign's.
 
 One runner per folder: `FolderLock` (an flock on <folder>/.lock, released by the kernel when its holder
 dies, so a kill -9 never leaves it stuck; the file names the holder's PID; never opened through a symbolic
-link), and `campaign_lock` around choosing or creating the folder (<root>/.<campaign>.lock), so two runners
-started together cannot both pick the same folder. Holding the lock makes every temporary file there stale:
-cleared on resume. A retried run's earlier attempts stay in its folder, under attempt-<n>/ (`commit_run`).
-A folder found under root is read through load_manifest, which refuses one holding a link out of it
-(harness.formats.folder_guard); a link named as a folder of the campaign is refused too."""
+link, nor written when it is a hard link, a special file or another user's), and `campaign_lock` around
+choosing or creating the folder (<root>/.<campaign>.lock), so two runners started together cannot both pick
+the same folder. Holding the lock makes every temporary file there stale: cleared on resume. A retried run's
+earlier attempts stay in its folder, under attempt-<n>/ (`commit_run`). A folder found under root is read
+through load_manifest, which refuses one holding a link out of it (harness.formats.folder_guard); a link named
+as a folder of the campaign is refused too."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -105,9 +107,11 @@ class FolderLock:
 
 
 def _open_lock(path: Path) -> int:
-    """The lock file, created if needed, never through a symbolic link (one would truncate its target)."""
+    """The lock file, created if needed, never through a symbolic link (one would truncate its target), and only
+    when it is a plain file of one name owned by this user: a hard link to another file (two names), a FIFO or
+    a device is refused before a byte is written."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UserError(f"{path}: a symbolic link where bmoe-bench keeps its lock file; refused (remove "
@@ -116,6 +120,15 @@ def _open_lock(path: Path) -> int:
             raise disk_full(path, None) from None
         raise UserError(f"{path}: cannot create the lock file there ({e.strerror}); name a folder you can "
                         f"write to") from None
+    st = os.fstat(fd)
+    why = ("not a plain file" if not stat.S_ISREG(st.st_mode) else
+           f"a hard link: {st.st_nlink} names share this file" if st.st_nlink > 1 else
+           f"owned by user {st.st_uid}, not by you" if st.st_uid != os.geteuid() else None)
+    if why is not None:
+        os.close(fd)
+        raise UserError(f"{path}: {why}, where bmoe-bench keeps its lock file; refused (remove {path.name} and "
+                        f"run the command again)")
+    return fd
 
 
 def _argv() -> list[str]:

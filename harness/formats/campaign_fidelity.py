@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from harness.formats.campaign_types import Flags, FlagValue
+from harness.formats.folder import FIDELITY_REF, FIDELITY_REF_LOG
+from harness.formats.raw_hashes import only_names
 from harness.formats.record import Record
 
 
@@ -72,3 +74,4 @@ class FidelityRef(Record):
     start: str
     wall_s: float
     sha256: dict[str, str]  # file name (in the campaign folder) -> sha256
+    _names = field_validator("sha256")(only_names((FIDELITY_REF, FIDELITY_REF_LOG)))  # never a path elsewhere

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from harness.errors import UserError
 from harness.formats.files import disk_full, is_disk_full
 from harness.formats.folder import STATE_FILE as STATE_FILE  # campaigns/runner.py imports it from here
+from harness.formats.folder_guard import MAX_RAW, loads, read_lines
 from harness.formats.record import Record, problem
 
 
@@ -73,20 +74,22 @@ def write_states(path: Path | str, samples: Iterable[dict]) -> None:
 
 def read_states(path: Path | str) -> list[DeviceSample]:
     """The samples of a state.jsonl; [] when the file is absent. A line that is not JSON (a torn write) is
-    skipped; one that is JSON but not a sample is an error naming the file and line."""
+    skipped; one that is JSON but not a sample, or nested too deep, is an error naming the file and line; a file
+    larger than MAX_RAW, or not a plain file, is refused (harness.formats.folder_guard)."""
     p = Path(path)
-    if not p.is_file():
-        return []
     out = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        try:
-            out.append(DeviceSample.model_validate(obj))
-        except ValidationError as e:
-            raise UserError(f"{p}:{n}: not a device-state sample ({problem(e)})") from None
+    try:
+        for n, line in read_lines(p, MAX_RAW):  # streamed: one line in memory at a time
+            if not line.strip():
+                continue
+            try:
+                obj = loads(line, f"{p}:{n}")
+            except json.JSONDecodeError:
+                continue
+            try:
+                out.append(DeviceSample.model_validate(obj))
+            except ValidationError as e:
+                raise UserError(f"{p}:{n}: not a device-state sample ({problem(e)})") from None
+    except FileNotFoundError:
+        return []
     return out

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import UserError
+from harness.formats.folder_guard import MAX_RAW, loads, read_capped
 
 REF_FORMAT = "bmoe_fidelity_ref"
 REF_VERSION = 1
@@ -48,6 +49,7 @@ COLUMNS = ["chunk", "pos", "token", "ref_top", "run_top", "same_top", "kld", "p_
 COLUMNS_V1 = COLUMNS[:10]
 FLOAT_COLUMNS = ("kld", "p_ref", "p_run", "dp", "lp_ref", "lp_run")
 _HEADER_KEYS = ("n_vocab", "ctx", "first", "n_chunk", "top_k", "bos")
+MAX_REF = 2**30  # bytes of a reference read (one of 5 MB scores 2394 positions at top 256)
 
 
 def row_dtype(k: int) -> np.dtype:
@@ -131,7 +133,7 @@ def read_ref(path: str | Path) -> RefFile:
 def _read_ref(path: str | Path, header_only: bool) -> RefFile:
     what = f"--fidelity-against {path}"
     try:
-        data = Path(path).read_bytes()
+        data = read_capped(path, MAX_REF)
     except OSError as e:
         raise UserError(f"{what}: cannot read it ({e.strerror}); give a reference written by "
                         "bmoe --fidelity-ref") from None
@@ -145,7 +147,7 @@ def _read_ref(path: str | Path, header_only: bool) -> RefFile:
         raise UserError(f"{what}: {REF_FORMAT} v{version} is not v{REF_VERSION}, the version this bmoe reads; "
                         "score the reference again with this bmoe")
     try:
-        header = json.loads(lines[1].decode()[2:])
+        header = loads(lines[1].decode()[2:], what)
         ctx, first_pos, n_chunk, k = (int(header[x]) for x in ("ctx", "first", "n_chunk", "top_k"))
     except (ValueError, KeyError, TypeError):
         raise UserError(f"{what}: its header line is damaged; score the reference again") from None
@@ -197,13 +199,16 @@ class FidelityCsv:
 
 def read_fidelity_csv(path: str | Path) -> FidelityCsv:
     meta: dict[str, str] = {}
-    with open(path, newline="") as f:
-        head = f.readline().strip()
-        versions = {f"# {CSV_FORMAT} v{v}": v for v in (1, CSV_VERSION)}
-        if head not in versions:
-            raise UserError(f"{path}: not a {CSV_FORMAT} v1 or v{CSV_VERSION} file (first line {head[:60]!r})")
-        names = COLUMNS if versions[head] == CSV_VERSION else COLUMNS_V1
-        lines = [ln for ln in f]
+    try:
+        text = read_capped(path, MAX_RAW).decode("utf-8", "replace")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    head, *lines = text.splitlines(keepends=True) or [""]
+    head = head.strip()
+    versions = {f"# {CSV_FORMAT} v{v}": v for v in (1, CSV_VERSION)}
+    if head not in versions:
+        raise UserError(f"{path}: not a {CSV_FORMAT} v1 or v{CSV_VERSION} file (first line {head[:60]!r})")
+    names = COLUMNS if versions[head] == CSV_VERSION else COLUMNS_V1
     body = []
     for ln in lines:
         if ln.startswith("# "):

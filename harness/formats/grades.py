@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from harness.errors import UserError
+from harness.formats.folder_guard import MAX_RAW, read_json
 from harness.formats.record import Record, validate
 
 FORMAT = "bmoe-grades"
@@ -50,11 +51,9 @@ def grades_text(g: Grades) -> str:
 
 def read_grades(path: Path | str) -> Grades:
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        obj = read_json(Path(path), MAX_RAW)
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise UserError(f"{path}: not a {FORMAT} file")
     if not isinstance(obj.get("version"), int) or obj["version"] > VERSION:

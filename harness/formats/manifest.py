@@ -39,13 +39,15 @@ from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
 from harness.formats.campaign_fidelity import FidelityRecord, FidelityRef
 from harness.formats.campaign_fleet import FleetRecord
-from harness.formats.files import atomic_write_json, sha256_file
+from harness.formats.files import atomic_write_json
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
 from harness.formats.folder import METRICS_FILE as METRICS_FILE  # likewise
 from harness.formats.folder_guard import inside, read_json, refuse_links, shown
 from harness.formats.hub_source import HubSource
 from harness.formats.outcome import Outcome
+from harness.formats.raw_hashes import Budget, changed, checked_names
+from harness.formats.raw_hashes import hash_files as hash_files  # campaigns/store.py imports it from here
 from harness.formats.record import Record, validate
 from harness.formats.target_desc import AdbTargetDesc as AdbTargetDesc  # re-exported: the manifest's records
 from harness.formats.target_desc import CgroupDesc as CgroupDesc
@@ -189,6 +191,7 @@ class Attempt(Outcome):
     for runs committed before manifest v2 and not migrated)."""
 
     sha256: dict[str, str] | None = None
+    _names = field_validator("sha256")(lambda v: checked_names(v))
 
 
 class RunRecord(Attempt, RunSlot):
@@ -348,29 +351,18 @@ def save_manifest(folder: Path | str, m: Manifest) -> None:
 
 # ---- tamper evidence ----------------------------------------------------------------------------------------------
 
-def hash_files(d: Path) -> dict[str, str]:
-    """sha256 of every file under a run folder, by path relative to it (sorted)."""
-    return {p.relative_to(d).as_posix(): sha256_file(p) for p in sorted(d.rglob("*")) if p.is_file()}
-
-
 def raw_file_changes(folder: Path | str, m: Manifest) -> list[str]:
     """Raw files that differ from what the manifest recorded when their run was committed: changed,
     missing, or not there at commit, as paths relative to the folder (runs without hashes are skipped:
-    see unhashed_runs)."""
-    out = []
+    see unhashed_runs). Only files inside the folder are hashed, with bounded work (harness.formats.raw_hashes)."""
+    folder = Path(folder)
+    budget, out = Budget(folder), []
     for r in m.runs:
-        if not r.finished or r.sha256 is None:
-            continue
-        d = run_dir(folder, r.run_id)
-        now = hash_files(d) if d.is_dir() else {}
-        for name in sorted(set(r.sha256) | set(now)):
-            if r.sha256.get(name) != now.get(name):
-                out.append(f"{RUNS}/{r.run_id}/{name}")
-    ref = m.fidelity_ref
-    for name, h in (ref.sha256 if ref is not None else {}).items():
-        p = Path(folder) / name
-        if not p.is_file() or sha256_file(p) != h:
-            out.append(name)
+        if r.finished and r.sha256 is not None:
+            run_dir(folder, r.run_id)  # a run id, resolving inside the folder
+            out += changed(folder, f"{RUNS}/{r.run_id}", r.sha256, budget, every_file=True)
+    if m.fidelity_ref is not None:
+        out += changed(folder, "", m.fidelity_ref.sha256, budget, every_file=False)
     return out
 
 

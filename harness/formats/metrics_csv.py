@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 
 from harness.errors import UserError
+from harness.formats.folder_guard import MAX_RAW, read_capped
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -289,7 +290,7 @@ def parse_metrics(text: str, path: str = "<text>") -> Metrics:
 
 def read_metrics(path: Path | str) -> Metrics:
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = read_capped(path, MAX_RAW).decode("utf-8", "replace")
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
     return parse_metrics(text, str(path))

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.formats.folder_guard import MAX_RAW, loads, read_text
 
 FILE = "mincap.jsonl"
 VERSION = 1
@@ -57,7 +58,7 @@ def read(path: Path) -> list[dict]:
     """Every record of a mincap.jsonl, checked: a line that is not one of this version's records is refused with the
     file's name and the line's number."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path, MAX_RAW)
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
     out = []
@@ -65,7 +66,7 @@ def read(path: Path) -> list[dict]:
         if not s.strip():
             continue
         try:
-            obj = json.loads(s)
+            obj = loads(s, f"{path}:{n}")
         except json.JSONDecodeError:
             raise UserError(f"{path}:{n}: not a JSON object (a truncated file?)") from None
         if not isinstance(obj, dict):

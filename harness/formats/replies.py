@@ -23,6 +23,7 @@ from pydantic import Field
 
 from harness.errors import UserError
 from harness.formats.folder import PROMPTS_FILE as PROMPTS_FILE  # campaigns/runner.py imports it from here
+from harness.formats.folder_guard import MAX_RAW, loads, read_capped
 from harness.formats.record import Record, validate
 
 PROMPTS_FORMAT = "bmoe-prompts"
@@ -64,7 +65,7 @@ def write_prompts(path: Path | str, items: list[PromptItem]) -> None:
 def _lines(path: Path | str, fmt: str) -> list[tuple[int, dict]]:
     """(line number, object) of every line after a valid header."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_capped(path, MAX_RAW).decode("utf-8")
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
     except UnicodeDecodeError:
@@ -74,7 +75,7 @@ def _lines(path: Path | str, fmt: str) -> list[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line, f"{path}:{n}")
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{n}: not valid JSON ({e.msg})") from None
         if not isinstance(obj, dict):

@@ -18,6 +18,7 @@ import io
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.formats.folder_guard import MAX_RAW, read_capped
 
 FORMAT = "bmoe-results"
 VERSION = 2
@@ -71,7 +72,7 @@ def results_text(rows: list[dict[str, object]]) -> str:
 def read_results(path: Path | str) -> tuple[int, list[dict[str, str]]]:
     """(version, rows as strings) of a results.csv of any version this code reads."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_capped(path, MAX_RAW).decode("utf-8", "replace")
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
     version = 1

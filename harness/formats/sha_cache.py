@@ -27,8 +27,8 @@ def cache_path() -> Path:
 def _load_cache(p: Path) -> dict[str, str]:
     try:
         obj = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # a missing or damaged cache only costs a re-hash
+    except (OSError, ValueError, RecursionError):
+        return {}  # a missing or damaged (or hostile: nested 100,000 deep) cache only costs a re-hash
     return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(obj, dict) \
         else {}
 

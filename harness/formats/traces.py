@@ -43,6 +43,7 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 from harness.errors import TraceFormatError, UserError
+from harness.formats.folder_guard import MAX_RAW, read_capped
 
 IO_FORMAT, COMPUTE_FORMAT, VERSION = "io_trace", "compute_trace", 1
 CLOCK = "perf_counter_ns (CLOCK_MONOTONIC), absolute ns; shared by the io_trace and compute_trace of a run"
@@ -179,7 +180,7 @@ def read_trace(path: str | Path, fmt: str) -> TraceFile:
     flag = "--io-trace" if fmt == IO_FORMAT else "--compute-trace"
     hint = f"give a {fmt} v{VERSION} file (bmoe --moe-stream {flag} FILE writes one)"
     try:
-        t = parse_trace(p.read_text(encoding="utf-8").splitlines())
+        t = parse_trace(read_capped(p, MAX_RAW).decode("utf-8").splitlines())
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{fmt} {p}: cannot read it ({e.__class__.__name__}: {e}); {hint}") from None
     except TraceFormatError as e:

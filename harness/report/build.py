@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import UserError
 from harness.formats.files import atomic_write_bytes, atomic_write_text, is_temp_name, not_writable
 from harness.formats.folder import FINDINGS, GRADES_FILE, PLOTS_DIR, RESULTS, RUNS
+from harness.formats.folder_guard import MAX_RAW, read_bytes, read_text
 from harness.formats.grades import grades_text
 from harness.formats.manifest import load_manifest, raw_file_changes, unhashed_runs
 from harness.formats.results_csv import results_text
@@ -48,7 +50,7 @@ def build_report(folder: Path | str, *, with_plots: bool = True) -> Report:
     check_engines(data)  # an engines axis compares only cells that differ by the engine alone
     res = compute_results(data)
     prev_path = folder / FINDINGS
-    previous = prev_path.read_text(encoding="utf-8") if prev_path.is_file() else None
+    previous = _text(prev_path)
     grades = grade_folder(data)  # None unless a quality campaign
     quality = quality_section(data, grades) if grades is not None else None
     fid = cell_fidelity(data)  # None unless a fidelity campaign
@@ -87,7 +89,7 @@ def check_report(folder: Path | str) -> list[str]:
     rep = build_report(folder, with_plots=False)
     for name in [*CHECKED, *(n for n in rep.texts if n not in CHECKED)]:
         p = folder / name
-        if not p.is_file() or p.read_text(encoding="utf-8") != rep.texts[name]:
+        if _text(p) != rep.texts[name]:
             bad.append(name)
     for name in rep.plot_names:
         if not _whole_png(folder / PLOTS_DIR / name):
@@ -96,10 +98,19 @@ def check_report(folder: Path | str) -> list[str]:
     return bad
 
 
+def _text(p: Path) -> str | None:
+    """A report file of the folder as it is (None: missing, or no file the report writes: not a plain file, or
+    far larger), read with a bound (harness.formats.folder_guard)."""
+    try:
+        return read_text(p, MAX_RAW, errors="replace")
+    except (FileNotFoundError, UserError):
+        return None
+
+
 def _whole_png(p: Path) -> bool:
     try:
-        data = p.read_bytes()
-    except OSError:
+        data = read_bytes(p, MAX_RAW)
+    except (OSError, UserError):
         return False
     return data.startswith(_PNG_HEAD) and data.endswith(_PNG_TAIL)
 

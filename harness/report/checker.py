@@ -14,17 +14,21 @@
   note naming the migration.
 
 A folder may carry `acknowledged.txt`: problem lines (exactly as this check prints them, without the
-folder) that a reviewer has accepted, each under a `# ` comment saying why; they are reported as
-acknowledged, not as problems. Any other problem, or an acknowledged line that no longer occurs, fails.
+folder) that a reviewer has accepted, each under a `# ` comment saying why (a block of lines shares the
+comment above it; a blank line ends the block); they are reported as acknowledged, not as problems. Any other
+problem, an acknowledged line without its reason, or one that no longer occurs, fails. A missing or wrong
+sha256 (a raw file changed, a run's hashes removed, a run's model not the campaign's) can never be
+acknowledged: a line naming one is itself a problem, and the hash problem stays.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from harness import stats
-from harness.errors import UserError
+from harness.formats.folder_guard import read_text
 from harness.formats.manifest import (
     METRICS_FILE,
     hashes_removed,
@@ -41,6 +45,7 @@ from harness.report.results import compute_results
 MIN_KEPT_TOKENS = 4  # tokens after the warm-up, per ok run
 MIN_KEPT_WALL_S = 0.2  # their summed wall time, per ok run
 ACKNOWLEDGED = "acknowledged.txt"
+ACK_MAX_BYTES = 2**20  # a reviewer's notes; the largest committed is 1 KB
 
 
 @dataclass
@@ -90,16 +95,17 @@ def _runs(data: CampaignData) -> list[str]:
     return out
 
 
-def _provenance(data: CampaignData) -> tuple[list[str], list[str]]:
+def _provenance(data: CampaignData) -> tuple[list[str], list[str], list[str]]:
+    """(problems, notes, hash problems: a model sha256 missing or not the campaign's)."""
     m = data.manifest
     if legacy(m):
         return [], ["legacy folder (from before manifest v3): the model's sha256, the engine build and the device "
-                    "fingerprint were not recorded; its results stand on its description alone"]
+                    "fingerprint were not recorded; its results stand on its description alone"], []
     pv = m.provenance
     assert pv is not None
-    out, notes = [], []
+    out, notes, hashes = [], [], []
     if not pv.model_sha256:
-        out.append("provenance: no model sha256")
+        hashes.append("provenance: no model sha256")
     labels = list(m.campaign.engines) if m.campaign.engines else [m.campaign.engine.kind]
     for k in labels:
         e = pv.engines.get(k)
@@ -118,10 +124,10 @@ def _provenance(data: CampaignData) -> tuple[list[str], list[str]]:
         out.append(f"provenance: device fingerprint lacks {', '.join(gaps)}")
     for r in m.runs:
         if r.status == "ok" and r.model_sha256 is not None and r.model_sha256 != pv.model_sha256:
-            out.append(f"run {r.run_id} ran with another model file than the campaign's (sha256 differs)")
+            hashes.append(f"run {r.run_id} ran with another model file than the campaign's (sha256 differs)")
         elif r.status == "ok" and r.model_sha256 is None:
-            out.append(f"run {r.run_id}: no model sha256 recorded")
-    return out, notes
+            hashes.append(f"run {r.run_id}: no model sha256 recorded")
+    return out, notes, hashes
 
 
 def _hashes(data: CampaignData) -> tuple[list[str], list[str]]:
@@ -136,16 +142,47 @@ def _hashes(data: CampaignData) -> tuple[list[str], list[str]]:
     return out, notes
 
 
-def read_acknowledged(folder: Path) -> list[str]:
-    p = folder / ACKNOWLEDGED
-    if not p.is_file():
-        return []
+class Acknowledged(NamedTuple):
+    line: int  # in acknowledged.txt
+    text: str  # the problem line accepted
+    reason: str  # the comment above it ("" when there is none)
+
+
+def read_acknowledged(folder: Path) -> list[Acknowledged]:
+    """The lines of the folder's acknowledged.txt, each with the `# ` comment of its block (read without following
+    a link, at most ACK_MAX_BYTES)."""
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{p}: not UTF-8 (byte {e.start})") from None
-    lines = [ln.strip() for ln in text.splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith("#")]
+        text = read_text(folder / ACKNOWLEDGED, ACK_MAX_BYTES)
+    except FileNotFoundError:
+        return []
+    out, reason = [], []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        ln = raw.strip()
+        if not ln:
+            reason = []
+        elif ln.startswith("#"):
+            if ln.lstrip("#").strip():
+                reason.append(ln.lstrip("#").strip())
+        else:
+            out.append(Acknowledged(n, ln, " ".join(reason)))
+    return out
+
+
+def _acknowledge(found: list[str], hashes: list[str], acks: list[Acknowledged]) -> tuple[list[str], list[str]]:
+    """(problems, notes): the problems found less those acknowledged with a reason; a hash problem always stays."""
+    ok = {a.text for a in acks if a.reason and a.text not in hashes}
+    problems = [p for p in found if p not in ok] + hashes
+    notes = [f"acknowledged ({ACKNOWLEDGED}): {a.text}" for a in acks if a.text in ok and a.text in found]
+    for a in acks:
+        where = f"{ACKNOWLEDGED}:{a.line}"
+        if a.text in hashes:
+            problems.append(f"{where}: acknowledges a missing or wrong sha256, which cannot be acknowledged: restore "
+                            f"the files as committed (or run the runs again) and remove the line")
+        elif a.text not in found:
+            problems.append(f"{where}: '{a.text[:200]}' no longer occurs: remove it")
+        elif not a.reason:
+            problems.append(f"{where}: no reason: put a `# ` comment above it saying why it is accepted")
+    return problems, notes
 
 
 def _precision(data: CampaignData) -> tuple[list[str], list[str]]:
@@ -171,14 +208,12 @@ def check_folder(folder: Path | str) -> CheckResult:
     folder = Path(folder)
     data = load_campaign_data(folder)
     res = CheckResult(folder)
-    prov, notes = _provenance(data)
+    prov, notes, model_hashes = _provenance(data)
     hashes, unhashed = _hashes(data)
     notes += unhashed
     prec, prec_notes = _precision(data)
     notes += prec_notes
-    found = [*audit(data).violations(), *_runs(data), *prov, *hashes, *prec]
-    ack = read_acknowledged(folder)
-    res.problems = [p for p in found if p not in ack]
-    res.problems += [f"{ACKNOWLEDGED}: '{a}' no longer occurs: remove it" for a in ack if a not in found]
-    res.notes = notes + [f"acknowledged ({ACKNOWLEDGED}): {a}" for a in ack if a in found]
+    found = [*audit(data).violations(), *_runs(data), *prov, *prec]
+    res.problems, acked = _acknowledge(found, [*model_hashes, *hashes], read_acknowledged(folder))
+    res.notes = notes + acked
     return res

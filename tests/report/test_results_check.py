@@ -54,7 +54,7 @@ def test_planted_problems_one_line_each(tmp_path):
         "finish)",
         f"run {rid} failed without a recorded reason",
         "runs/r01-c01/metrics.csv changed since its run was committed (sha256 in manifest.json)",
-        f"{ACKNOWLEDGED}: 'run r09-c09 has not run' no longer occurs: remove it",
+        f"{ACKNOWLEDGED}:2: 'run r09-c09 has not run' no longer occurs: remove it",
     ]
     r = subprocess.run([*BENCH, "check", str(folder), str(DEMO)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
