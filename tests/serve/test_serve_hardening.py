@@ -191,7 +191,8 @@ def test_a_client_that_goes_away_is_cancelled_within_a_token(server, stream):
     after = h["last"]["tokens"] - at_close
     print(f"\ndisconnect ({'streamed' if stream else 'whole'}): {after} tokens and {took:.2f} s after the client "
           f"left (of {h['last']['tokens']})")
-    assert after <= 5 and took < 1.0, f"{after} tokens ({took:.2f} s) generated after the client left"
+    # the tokens are the bound; the seconds only catch a cancel that never comes (a loaded machine took 1.4 s once)
+    assert after <= 5 and took < 10, f"{after} tokens ({took:.2f} s) generated after the client left"
 
 
 @pytest.mark.parametrize("body", [
@@ -261,8 +262,8 @@ def test_a_second_signal_exits_now(model, tmp_path):
         slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{")
         time.sleep(0.3)
         s.p.send_signal(signal.SIGTERM)
-        time.sleep(1.0)
-        assert s.p.poll() is None  # the first signal waits for open connections (up to 5 s)
+        time.sleep(0.2)
+        assert s.p.poll() is None  # the first signal waits for open connections (up to GRACE_S, 0.5 s)
         t0 = time.monotonic()
         s.p.send_signal(signal.SIGTERM)
         try:

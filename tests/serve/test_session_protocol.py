@@ -106,3 +106,18 @@ def test_end_of_stdin_ends_the_session(model):
     assert s.p.stdin is not None
     s.p.stdin.close()
     assert s.p.wait(timeout=60) == 0
+
+
+def test_a_deeply_nested_line_is_one_error_and_the_session_goes_on_to_its_end(model):
+    s = SessionProc(model)
+    for line in ("[" * 200_000, '{"cmd": "generate", "id": ' + "[" * 5000 + "]" * 5000 + "}", "{" * 100_000):
+        s.send(line)
+        e = s.event()
+        assert e["event"] == "error" and e["fatal"] is False and "nested deeper than" in e["msg"], e
+    d = s.generate([{"role": "user", "content": "still there?"}], n_predict=3)
+    assert d["tokens"] == 3
+    assert s.p.stdin is not None
+    s.p.stdin.close()  # the end of stdin ends the session
+    assert s.p.wait(timeout=60) == 0
+    err = s.p.stderr.read()
+    assert "Traceback" not in err and "RecursionError" not in err, err

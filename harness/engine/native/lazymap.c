@@ -121,6 +121,8 @@ void bmoe_lazymap_stats(long *maps, long *advice_skipped) {
  * plain shared object: loading it with dlopen (not LD_PRELOAD) gives the handler without the mmap shim. */
 
 #include <signal.h>
+#include <stdbool.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_WATCHED 64
@@ -155,6 +157,8 @@ static size_t put_num(char *buf, size_t at, size_t cap, long long v) {
 }
 
 static int sigbus_fired = 0;
+static int notify_fd = -1;
+static int notify_grace_ms = 0;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
     (void) sig;
@@ -165,6 +169,16 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
      * would kill the process with the default action before the first one's _exit) */
     if (__atomic_exchange_n(&sigbus_fired, 1, __ATOMIC_SEQ_CST)) {
         for (;;) pause();
+    }
+    if (notify_fd >= 0) {
+        /* bmoe serve: its event loop answers the request in flight and exits with the code itself; this thread
+         * (inside llama.cpp, without the GIL) waits, and says the line and exits only if that does not come */
+        ssize_t nw = write(notify_fd, "B", 1);
+        (void) nw;
+        struct timespec step = {0, 10 * 1000 * 1000};
+        for (int waited = 0; waited < notify_grace_ms; waited += 10) {
+            nanosleep(&step, NULL);
+        }
     }
     char buf[2048];
     size_t at = 0;
@@ -211,4 +225,20 @@ int bmoe_sigbus_install(int n, const int *fds, const long long *sizes, const cha
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
     return sigaction(SIGBUS, &sa, NULL);
+}
+
+/* After bmoe_sigbus_install: the first fault writes one byte to `fd` and waits up to `grace_ms` for the process
+ * to exit by itself (bmoe serve answers the request in flight first), before the line and the exit above. */
+void bmoe_sigbus_notify(int fd, int grace_ms) {
+    notify_grace_ms = grace_ms;
+    __atomic_store_n(&notify_fd, fd, __ATOMIC_SEQ_CST);
+}
+
+/* ---- stopping llama.cpp inside one call ------------------------------------------------------------------
+ *
+ * llama.cpp's abort callback (llama_set_abort_callback): its compute threads call it between graph nodes, so it
+ * must not take the GIL. It reads the int the caller points it at: non-zero stops the llama_decode in progress
+ * (which then returns 2), as bmoe serve does on SIGTERM in the middle of a long prefill. */
+bool bmoe_flag_is_set(void *flag) {
+    return __atomic_load_n((int *) flag, __ATOMIC_RELAXED) != 0;
 }

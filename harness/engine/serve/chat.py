@@ -148,7 +148,7 @@ def chat(engine: Engine, console: Console | None = None) -> int:
             continue
         history.append({"role": "user", "content": text})
         try:
-            tokens = conv.prompt_tokens(messages=history)
+            tokens = conv.prompt_tokens(messages=history, n_predict=sp.n_predict)
             conv.check_fits(tokens, sp.n_predict)
         except UserError as e:
             console.print(f"[red]bmoe: {e}[/]")

@@ -7,12 +7,14 @@
 - Body size: a request whose Content-Length exceeds the limit gets 413 before any of its body is read; a chunked
   body is counted while it is read and refused the moment it passes the limit (the rest is never read); the app
   gets the body only once it is known to fit.
-- Errors: anything the app lets escape becomes a JSON 500 (if no response has started) and one line on stderr.
+- Errors: anything the app lets escape becomes a JSON 500 (if no response has started) and one line on stderr; a
+  request cancelled by the shutdown (its grace over) ends without a traceback.
 Every refusal is an OpenAI-style JSON error object. Pure ASGI: no engine, no server state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import sys
@@ -118,6 +120,21 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
+
+        async def tracked(m: Message) -> None:
+            nonlocal started
+            started = started or m["type"] == "http.response.start"
+            await send(m)
+
+        try:
+            await self._http(scope, receive, tracked)
+        except asyncio.CancelledError:  # the shutdown's grace ran out on it (a body that never came, a slow reader):
+            if not started:  # uvicorn says so in one line; the request gets its 503, not a traceback
+                await send_error(send, 503, "the server is shutting down; retry later (against its restart)",
+                                 "shutting_down", {"Retry-After": "5"}, "server_busy")
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         refused = self.refusal(scope)
         if refused:
             status, msg, code, headers = refused

@@ -2,23 +2,31 @@
 
 - Listen: the address is resolved and bound before the model loads (`listen`): a port in use or a --host that is
   no address here is one line and exit 2. Beyond loopback without an API key, a warning line.
-- SIGTERM or SIGINT: the generation in progress stops at its next token and the waiting requests are answered 503;
-  open connections get SHUTDOWN_S seconds to finish, the worker SHUTDOWN_S more to leave llama.cpp; then exit 0.
-  The bound from the signal to the exit is 2 * SHUTDOWN_S plus one token (or one prefill batch, which llama.cpp
-  cannot stop midway). A second signal exits at once (128 + its number), with a line.
-- An engine failure (a model file truncated under the server, an I/O error): the failing request gets a JSON 500,
-  the others 503, and the process exits 3 with one line, so that a supervisor restarts it.
+- SIGTERM or SIGINT: whatever the worker is doing stops at once: a prompt being tokenized (its child process is
+  killed), a prefill or a decode inside llama.cpp (its abort callback, from the compiled helper), a request
+  waiting in the queue (503). Open connections get GRACE_S to take their answers, the worker WORKER_S to leave
+  llama.cpp, then the engine is closed and the process exits 0: within 2 s of the signal. A second signal exits
+  at once (128 + its number), with a line. Before the server listens (during the load) SIGTERM ends the process
+  by its default action, at once and without output (status 143; -15 to a Python parent).
+- An engine failure (an I/O error on an expert read): the failing request gets a JSON 500, the others 503, and
+  the process exits 3 with one line, so that a supervisor restarts it.
+- A model file truncated or replaced under the running server (a SIGBUS in its mapping, harness.engine.io.lazymap):
+  the compiled handler parks the faulting thread and wakes the event loop, which answers the request in flight a
+  JSON 500 naming the file and the others 503, then exits 4 with the handler's line (the handler itself exits 4
+  after FAULT_GRACE_MS if the event loop cannot answer).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import socket
 import sys
 from types import FrameType
 
+from harness.engine.io import lazymap
 from harness.engine.run.engine import Engine
 from harness.engine.run.session import EngineError
 from harness.engine.serve.guard import Guard, door_of, is_loopback
@@ -26,7 +34,10 @@ from harness.engine.serve.server import Worker, make_app
 from harness.engine.serve.subcommands import ServeFlags
 from harness.errors import UserError
 
-SHUTDOWN_S = 5.0
+GRACE_S = 0.5  # after SIGTERM: for open connections to take their answers (a body that never comes: 503)
+WORKER_S = 0.5  # then for the worker to leave llama.cpp (aborted) before the engine is closed
+FAULT_GRACE_MS = 3000
+EXIT_MODEL_CHANGED = 4
 
 
 def _say(line: str) -> None:
@@ -57,8 +68,59 @@ def listen(flags: ServeFlags) -> socket.socket:
     return sock
 
 
+def _helper() -> ctypes.CDLL | None:
+    so = lazymap.shim_path()
+    try:
+        return ctypes.CDLL(so) if so else None
+    except OSError:
+        return None
+
+
+def install_abort(engine: Engine) -> ctypes.c_int | None:
+    """A flag that, set to 1, stops the llama_decode in progress (llama.cpp's abort callback, read by the compiled
+    helper's bmoe_flag_is_set without the GIL); None without the helper (a prefill then runs to its end)."""
+    fn = getattr(_helper(), "bmoe_flag_is_set", None)
+    if fn is None:
+        return None
+    L, flag = engine.session.L, ctypes.c_int(0)
+    cb = L.ggml_abort_callback(ctypes.cast(fn, ctypes.c_void_p).value)
+    L.llama_set_abort_callback(engine.session.ctx, cb, ctypes.cast(ctypes.pointer(flag), ctypes.c_void_p))
+    _KEEP.extend([cb, flag])
+    return flag
+
+
+def defer_model_faults() -> int | None:
+    """The read end of a pipe the compiled SIGBUS handler writes a byte to (and then waits) instead of exiting at
+    once; None without it."""
+    fn = getattr(_helper(), "bmoe_sigbus_notify", None)
+    if fn is None:
+        return None
+    r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    fn(w, FAULT_GRACE_MS)
+    _KEEP.extend([r, w])
+    return r
+
+
+def fault_reason(sizes: dict[str, int]) -> str:
+    for path, size in sizes.items():
+        try:
+            now = os.stat(path).st_size
+        except OSError as e:
+            return f"{path} cannot be read any more under the running engine ({e.strerror})"
+        if now != size:
+            return f"{path} changed size under the running engine ({size} bytes at load, {now} now)"
+    return "a read through the model's file mapping failed (SIGBUS: the file was truncated, replaced or its " \
+           "storage failed)"
+
+
+_KEEP: list[object] = []  # what llama.cpp and the SIGBUS handler point at, for the life of the process
+
+
 def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
     import uvicorn
+
+    loops: list[asyncio.AbstractEventLoop] = []
+    faults: list[str] = []
 
     class Server(uvicorn.Server):
         signalled = False
@@ -68,7 +130,11 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
                 _say(f"bmoe serve: {signal.Signals(sig).name} again: exiting now")
                 os._exit(128 + sig)
             self.signalled = True
-            worker.close()  # the running generation stops at its next token
+            worker.closing = True  # the running job stops at its next check, the decode in progress now
+            if abort is not None:
+                abort.value = 1
+            if loops:  # the rest takes locks: not in a signal handler
+                loops[0].call_soon_threadsafe(worker.close)
             super().handle_exit(sig, frame)
 
     def fatal() -> None:  # on the worker thread; uvicorn's loop reads should_exit every 0.1 s
@@ -76,12 +142,26 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
 
     app = make_app(engine, flags, fatal)
     worker: Worker = app.state.worker
+    abort = install_abort(engine)
+    sizes = {str(p): os.stat(p).st_size for p in engine.layout.shards}
+    wake = defer_model_faults()
+
+    def model_fault() -> None:  # on the event loop: the worker's thread is parked in the SIGBUS handler
+        os.read(wake, 64)
+        if not faults:
+            faults.append(fault_reason(sizes))
+            worker.fail(f"{faults[0]}; restore it and restart the server")
+            server.should_exit = True
+
     door = door_of(flags.host, flags.allow_hosts, flags.max_body_kb, flags.api_key)
     config = uvicorn.Config(Guard(app, door), log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=int(SHUTDOWN_S))
+                            timeout_graceful_shutdown=GRACE_S)  # type: ignore[arg-type] - a float works
     server = Server(config)
 
     async def main() -> None:
+        loops.append(asyncio.get_running_loop())
+        if wake is not None:
+            loops[0].add_reader(wake, model_fault)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
@@ -97,9 +177,12 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
     try:
         asyncio.run(main())
     finally:
-        if not worker.stop(SHUTDOWN_S):  # before the engine closes: the worker may be mid-generation
-            _say(f"bmoe serve: the generation did not stop within {SHUTDOWN_S:g} s; exiting without closing the "
-                 "engine")
+        if faults:  # the worker is parked in the SIGBUS handler: nothing can be closed
+            _say(f"bmoe: error: {faults[0]}; do not change a model file while it runs: restore it and run again")
+            os._exit(EXIT_MODEL_CHANGED)
+        if not worker.stop(WORKER_S):  # before the engine closes: the worker may be inside llama.cpp
+            _say(f"bmoe serve: the worker did not leave llama.cpp within {WORKER_S:g} s of the shutdown; exiting "
+                 "without closing the engine")
             os._exit(1)
     if worker.fatal:  # the CLI prints it in one line and exits 3
         raise EngineError(f"bmoe serve: engine failure: {worker.fatal}; exiting (restart the server)")

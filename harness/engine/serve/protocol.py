@@ -33,6 +33,7 @@ from typing import Any, TextIO, get_type_hints
 from harness import __version__
 from harness.engine.run.engine import Engine
 from harness.engine.run.session import Sampling
+from harness.engine.serve.tokenize import Stopped
 from harness.engine.serve.turns import Conversation, Delta, TurnResult, sampling_of
 from harness.errors import UserError
 from harness.formats.metrics_csv import UNMEASURED, TokenRow
@@ -82,6 +83,44 @@ def sampling_request(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+MAX_DEPTH = 64  # a request line nested deeper is refused before it is parsed (a real request nests 4 levels)
+
+
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """How deep `text`'s JSON arrays and objects nest (outside strings), counted up to `limit` + 1 at most."""
+    depth = top = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > top:
+                top = depth
+                if top > limit:
+                    break
+        elif ch in "]}":
+            depth -= 1
+    return top
+
+
+def parse_request(line: str) -> dict[str, Any]:
+    """A request line as a JSON object; ValueError saying what is wrong (never RecursionError: depth is bounded)."""
+    if json_depth(line) > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    req = json.loads(line)
+    if not isinstance(req, dict):
+        raise ValueError("a request is a JSON object")
+    return req
+
+
 class LineSession:
     """Reads requests on a thread (so that `cancel` reaches a generation in progress), generates on the caller's
     thread, writes one JSON line per event."""
@@ -102,28 +141,33 @@ class LineSession:
             self.out.flush()
 
     def _read(self) -> None:
-        for line in self.inp:
-            if not line.strip():
-                continue
-            try:
-                req = json.loads(line)
-                if not isinstance(req, dict):
-                    raise ValueError("a request is a JSON object")
-            except ValueError as e:
-                self.emit("error", id=None, fatal=False, msg=f"malformed request line ({e}); send one JSON object "
-                          "per line, e.g. {\"cmd\": \"generate\", \"messages\": [...]}")
-                continue
-            cmd = req.get("cmd")
-            if cmd == "cancel":
-                self.cancel.set()
-            elif cmd in ("generate", "close"):
-                self.todo.put(req)
-                if cmd == "close":
+        try:
+            for line in self.inp:
+                if line.strip() and self._line(line) == "close":
                     return
-            else:
-                self.emit("error", id=req.get("id"), fatal=False,
-                          msg=f"unknown cmd {cmd!r}; use generate, cancel or close")
-        self.todo.put(None)
+        except Exception as e:  # noqa: BLE001 - stdin itself failed (not text): the session ends, in one line
+            self.emit("error", id=None, fatal=True, msg=f"cannot read the next request line: {type(e).__name__}: "
+                      f"{e}; the session ends")
+        finally:
+            self.todo.put(None)  # after a close, never read: the session ends at its close or at the end of stdin
+
+    def _line(self, line: str) -> str | None:
+        """One request line: queued, acted on, or answered with an error; its cmd."""
+        try:
+            req = parse_request(line)
+        except ValueError as e:
+            self.emit("error", id=None, fatal=False, msg=f"malformed request line ({e}); send one JSON object "
+                      "per line, e.g. {\"cmd\": \"generate\", \"messages\": [...]}")
+            return None
+        cmd = req.get("cmd")
+        if cmd == "cancel":
+            self.cancel.set()
+        elif cmd in ("generate", "close"):
+            self.todo.put(req)
+        else:
+            self.emit("error", id=req.get("id"), fatal=False,
+                      msg=f"unknown cmd {str(cmd)[:80]!r}; use generate, cancel or close")
+        return cmd if isinstance(cmd, str) else None
 
     def serve(self) -> int:
         self.emit("ready", **ready_fields(self.engine))
@@ -136,19 +180,23 @@ class LineSession:
 
     def _generate(self, req: dict[str, Any]) -> None:
         rid = req.get("id")
+        self.cancel.clear()  # a cancel sent before this generate began does not carry over
         try:
             sp = sampling_of(self.engine.cfg, **sampling_request(req))
             if "messages" in req:
-                tokens = self.conv.prompt_tokens(messages=req["messages"])
+                tokens = self.conv.prompt_tokens(messages=req["messages"], n_predict=sp.n_predict,
+                                                 stop=self.cancel.is_set)
             elif isinstance(req.get("prompt"), str):
-                tokens = self.conv.prompt_tokens(prompt=req["prompt"])
+                tokens = self.conv.prompt_tokens(prompt=req["prompt"], n_predict=sp.n_predict, stop=self.cancel.is_set)
             else:
                 raise UserError("generate needs messages (a chat history) or prompt (text)")
             self.conv.check_fits(tokens, sp.n_predict)
         except UserError as e:
             self.emit("error", id=rid, fatal=False, msg=str(e))
             return
-        self.cancel.clear()  # a cancel sent before this generate began does not carry over
+        except Stopped:
+            self.emit("error", id=rid, fatal=False, msg="cancelled while its prompt was being tokenized")
+            return
 
         def stop() -> bool:
             self.between_tokens()

@@ -1,10 +1,13 @@
 """`bmoe serve`: an OpenAI-compatible HTTP server (FastAPI on uvicorn) over one loaded engine.
 
-One model, one context: a single worker thread generates, one request at a time; the others wait in a bounded
-queue (`--queue`, behind the one being answered), and a request that finds it full gets 503 with Retry-After.
-A client that disconnects, streaming or not, cancels its generation at the next token (its connection is watched
-while it waits) or, still queued, is dropped before it starts. Bad JSON, a bad field, text that is not Unicode, an
-unknown model or a prompt longer than the context get a 4xx JSON error object; anything else a JSON 500.
+One model, one context: a single worker thread tokenizes and generates, one request at a time; the others wait in
+a bounded queue (`--queue`, behind the one being answered), and a request that finds it full gets 503 with
+Retry-After. A prompt whose bytes cannot fit in the context is refused before it is queued (serve.tokenize: no
+tokenizing); a long one is tokenized in a child process that a disconnect or the shutdown kills, and that
+`--tokenize-timeout` bounds. A client that disconnects, streaming or not, cancels its request while it is queued,
+tokenized or generated (at the next token; its connection is watched throughout). Errors before the first token
+(bad JSON, a bad field, text that is not Unicode, an unknown model, a prompt longer than the context or too slow to
+tokenize) get a 4xx JSON error object, streaming or not; anything else a JSON 500.
 The KV prefix is reused only for the same conversation: a request whose `user` names the conversation whose tokens
 the cache holds (the chat page sends a random one per page); any other request starts from an empty cache, so no
 client can learn another's prompt from `cached_tokens` or from its prefill time.
@@ -24,7 +27,6 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from harness.engine.run.engine import Engine
 from harness.engine.serve.openai_api import FINISH, ChatRequest, CompletionRequest, Ids, error_body
 from harness.engine.serve.protocol import row_telemetry
 from harness.engine.serve.subcommands import ServeFlags
+from harness.engine.serve.tokenize import Stopped
 from harness.engine.serve.turns import Conversation, Sampling, TurnResult, sampling_of
 from harness.errors import UserError
 
@@ -46,15 +49,20 @@ WEB = Path(__file__).with_name("web")
 
 @dataclass
 class Job:
-    tokens: list[int]
     sampling: Sampling
     loop: asyncio.AbstractEventLoop
+    messages: list[dict[str, str]] | None = None  # a chat history (through the template), or
+    prompt: str | None = None  # a raw prompt; the worker tokenizes either, in its turn
     owner: str | None = None  # the conversation (the request's `user`); None: no KV reuse either way
     out: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
+    released: bool = False  # its place in the queue given up (Worker._release)
 
     def put(self, item: tuple[str, Any]) -> None:
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (the shutdown): nobody waits for it any more
+            pass
 
 
 @dataclass
@@ -70,12 +78,14 @@ class Counters:
 class Worker:
     """The one thread that touches the engine."""
 
-    def __init__(self, conv: Conversation, capacity: int, on_fatal: Callable[[], None] = lambda: None):
+    def __init__(self, conv: Conversation, capacity: int, on_fatal: Callable[[], None] = lambda: None,
+                 tokenize_s: float = 10.0):
         self.conv = conv
+        self.tokenize_s = tokenize_s
         self.capacity = capacity  # the running job plus the waiting ones
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.pending = 0  # queued or running
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.counters = Counters()
         self.fatal: str | None = None
         self.on_fatal = on_fatal  # called once, on the worker thread, after an engine failure
@@ -83,6 +93,7 @@ class Worker:
         self.current: Job | None = None
         self.kv_owner: str | None = None  # the conversation whose tokens the KV cache holds
         self.progress = 0  # tokens generated so far by the running job
+        self.phase = ""  # what the running job does: "tokenizing" or "generating"
         self.thread = threading.Thread(target=self._loop, name="bmoe-serve-worker", daemon=True)
         self.thread.start()
 
@@ -96,18 +107,53 @@ class Worker:
         return True
 
     def close(self) -> None:
-        """Cancel the running job and drop the waiting ones (each is answered 503); safe from a signal handler."""
+        """Cancel the running job (tokenizing, prefill or decode) and answer the waiting ones 503. From a signal
+        handler, set `closing` there and call this on the event loop (it takes locks)."""
         self.closing = True
         job = self.current
         if job:
             job.cancel.set()
+        self._drain()
         self.jobs.put(None)
 
+    def fail(self, why: str) -> None:
+        """The engine cannot go on (its model file changed under it) while the worker is stuck inside llama.cpp:
+        the running request gets a 500 naming why, the waiting ones 503."""
+        self.counters.failed += 1
+        self.fatal = why
+        job = self.current
+        if job:
+            self._end(job, ("error", (500, f"engine failure: {why}")))
+        self.close()
+
     def stop(self, timeout: float) -> bool:
-        """close(), then wait for the thread; False if it is still generating after `timeout` seconds."""
+        """close(), then wait for the thread; False if it is still inside llama.cpp after `timeout` seconds."""
         self.close()
         self.thread.join(timeout=timeout)
         return not self.thread.is_alive()
+
+    def _release(self, job: Job) -> None:
+        with self.lock:
+            if not job.released:
+                job.released = True
+                self.pending -= 1
+
+    def _end(self, job: Job, item: tuple[str, Any]) -> None:
+        """The job's last event, its place in the queue given up first: a client that sends its next request the
+        moment it has this answer finds the place free."""
+        self._release(job)
+        job.put(item)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                with self.lock:
+                    self.pending -= 1
+                self._end(job, ("closing", None))
 
     def _loop(self) -> None:
         while (job := self.jobs.get()) is not None:
@@ -116,36 +162,61 @@ class Worker:
                 self._run(job)
             finally:
                 self.current = None
-                with self.lock:
-                    self.pending -= 1
-        while not self.jobs.empty():  # the ones queued behind the end
-            if (job := self.jobs.get_nowait()) is not None:
-                job.put(("closing", None))
+                self.phase = ""
+                self._release(job)
+        self._drain()  # the ones queued behind the end
+
+    def _stopped(self, job: Job) -> None:
+        if self.closing:
+            self._end(job, ("closing", None))
+        else:
+            self.counters.cancelled += 1
+            self._end(job, ("cancelled", None))
 
     def _run(self, job: Job) -> None:
         c = self.counters
-        if self.fatal or self.closing:
-            job.put(("closing", None))
+        if self.fatal or self.closing or job.cancel.is_set():  # its client went away while it waited
+            self._stopped(job)
             return
-        if job.cancel.is_set():  # its client went away while it waited
-            c.cancelled += 1
-            job.put(("cancelled", None))
-            return
+
+        def stop() -> bool:
+            return job.cancel.is_set() or self.closing
+
         t0 = time.perf_counter()
+        self.progress = 0
+        self.phase = "tokenizing"
+        try:
+            sp = job.sampling
+            tokens = self.conv.prompt_tokens(messages=job.messages, prompt=job.prompt, n_predict=sp.n_predict,
+                                             stop=stop, limit_s=self.tokenize_s)
+            self.conv.check_fits(tokens, sp.n_predict)
+        except Stopped:
+            self._stopped(job)
+            return
+        except UserError as e:
+            self._end(job, ("error", (400, str(e))))
+            return
+        except Exception as e:  # noqa: BLE001 - the tokenizing failed (a fork refused): this request, not the engine
+            self._end(job, ("error", (500, f"{type(e).__name__}: {e}")))
+            return
+        job.put(("ready", len(tokens)))
+        self.phase = "generating"
         reuse = job.owner is not None and job.owner == self.kv_owner
         self.kv_owner = job.owner  # the cache now holds this request's tokens (or none, after a failure)
-        self.progress = 0
         try:
-            for d in self.conv.generate(job.tokens, job.sampling, job.cancel.is_set, reuse=reuse):
+            for d in self.conv.generate(tokens, sp, stop, reuse=reuse):
                 self.progress += 1
                 job.put(("delta", (d.text, {"step": d.row.step, "token_id": d.row.token_id, **row_telemetry(d.row)})))
         except UserError as e:
-            job.put(("error", str(e)))
+            self._end(job, ("error", (400, str(e))))
             return
         except Exception as e:  # noqa: BLE001 - an engine failure: this request fails, the server exits
+            if self.closing and not self.fatal:  # the decode aborted by the shutdown (serve.process)
+                self._end(job, ("closing", None))
+                return
             c.failed += 1
-            self.fatal = f"{type(e).__name__}: {e}"
-            job.put(("error", f"engine failure: {self.fatal}"))
+            self.fatal = self.fatal or f"{type(e).__name__}: {e}"
+            self._end(job, ("error", (500, f"engine failure: {self.fatal}")))
             self.on_fatal()
             return
         res = self.conv.last
@@ -154,7 +225,7 @@ class Worker:
         c.served += res.finish != "cancelled"
         c.mean_s = 0.8 * c.mean_s + 0.2 * (time.perf_counter() - t0)
         c.last = {"finish": res.finish, "tokens": len(res.tokens), "n_reused": res.n_reused}
-        job.put(("closing" if res.finish == "cancelled" and self.closing else "done", res))
+        self._end(job, ("closing" if res.finish == "cancelled" and self.closing else "done", res))
 
 
 def _err(status: int, message: str, type_: str = "invalid_request_error", code: str | None = None,
@@ -164,10 +235,9 @@ def _err(status: int, message: str, type_: str = "invalid_request_error", code: 
 
 def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = lambda: None) -> FastAPI:
     conv = Conversation(engine)
-    worker = Worker(conv, 1 + flags.queue, on_fatal)
+    worker = Worker(conv, 1 + flags.queue, on_fatal, flags.tokenize_timeout)
     model_id = flags.model_name or os.path.basename(engine.cfg.model).removesuffix(".gguf")
     started = int(time.time())
-    prep = ThreadPoolExecutor(1, thread_name_prefix="bmoe-serve-prompt")  # templates and tokenizes, one at a time
     app = FastAPI(title="bmoe", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker = worker
 
@@ -193,7 +263,8 @@ def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = l
         c = worker.counters
         running = min(worker.pending, 1)
         body = {"status": "failed" if worker.fatal else "ok", "model": model_id, "running": running,
-                "running_tokens": worker.progress if running else 0, "waiting": max(worker.pending - 1, 0),
+                "running_phase": worker.phase if running else "", "running_tokens": worker.progress if running else 0,
+                "waiting": max(worker.pending - 1, 0),
                 "capacity": worker.capacity, "served": c.served,
                 "cancelled": c.cancelled, "refused": c.refused, "last": c.last}
         if worker.fatal:
@@ -216,32 +287,31 @@ def make_app(engine: Engine, flags: ServeFlags, on_fatal: Callable[[], None] = l
         problem = req.unsupported()
         if problem:
             return _err(400, problem, code="unsupported")
-        def prepare() -> tuple[Sampling, list[int]]:
+        messages = req.history() if isinstance(req, ChatRequest) else None
+        prompt = req.prompt if isinstance(req, CompletionRequest) else None
+        try:  # cheap checks here; the template and the tokenizing are the worker's, in the queue's order
             sp = sampling_of(engine.cfg, **req.sampling())
-            if isinstance(req, ChatRequest):
-                tokens = conv.prompt_tokens(messages=req.history())
-            else:
-                tokens = conv.prompt_tokens(prompt=req.prompt)
-            conv.check_fits(tokens, sp.n_predict)
-            return sp, tokens
-
-        try:  # off the event loop: a long prompt takes a while to tokenize (0.5 s for 1 MB), /health answers
-            sp, tokens = await asyncio.get_running_loop().run_in_executor(prep, prepare)
+            conv.check_size(prompt if messages is None else "".join(m["content"] for m in messages), sp.n_predict)
         except UserError as e:
-            code = "context_length_exceeded" if "exceeds the context" in str(e) else "invalid_value"
-            return _err(400, str(e), code=code)
-        job = Job(tokens, sp, asyncio.get_running_loop(), req.user or None)
+            return _refused(400, str(e))
         if worker.closing or worker.fatal:
             return _closing()
+        job = Job(sp, asyncio.get_running_loop(), messages, prompt, req.user or None)
         if not worker.submit(job):
             wait = max(1, math.ceil(worker.counters.mean_s * worker.capacity))
             return _err(503, f"busy: {worker.capacity} request(s) already running or queued; retry later",
                         "server_busy", "queue_full", headers={"Retry-After": str(wait)})
+        watch = asyncio.create_task(_watch(request, job))  # a client gone while it waits or tokenizes cancels it
+        kind, val = await job.out.get()
+        if kind != "ready":  # refused, cancelled or closing before the first token: a plain JSON answer
+            watch.cancel()
+            job.cancel.set()
+            return _final(kind, val)
         ids = Ids(chat, model_id)
         if req.stream:
-            return StreamingResponse(_sse(request, job, ids), media_type="text/event-stream",
+            return StreamingResponse(_sse(watch, job, ids), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return await _whole(request, job, ids)
+        return await _whole(watch, job, ids)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, req: ChatRequest):
@@ -259,6 +329,23 @@ def _closing() -> JSONResponse:
                 "shutting_down", headers={"Retry-After": "5"})
 
 
+def _refused(status: int, message: str) -> JSONResponse:
+    if status >= 500:
+        return _err(status, message, "server_error", "engine_failure")
+    code = ("context_length_exceeded" if "exceeds the context" in message else
+            "prompt_too_slow" if "to tokenize" in message else "invalid_value")
+    return _err(status, message, code=code)
+
+
+def _final(kind: str, val: Any) -> JSONResponse:
+    """The answer to a job that ended without a reply: an error, a cancel or the shutdown."""
+    if kind == "error":
+        return _refused(*val)
+    if kind == "cancelled":
+        return _err(499, "cancelled: the client went away", code="cancelled")
+    return _closing()
+
+
 async def _watch(request: Request, job: Job) -> None:
     """Cancels the job the moment its client goes away (the body is read: the next message is the disconnect)."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -266,20 +353,14 @@ async def _watch(request: Request, job: Job) -> None:
     job.cancel.set()
 
 
-async def _whole(request: Request, job: Job, ids: Ids) -> JSONResponse:
-    watch = asyncio.create_task(_watch(request, job))
+async def _whole(watch: asyncio.Task, job: Job, ids: Ids) -> JSONResponse:
     try:
         while True:
             kind, val = await job.out.get()
             if kind == "done":
                 return JSONResponse(ids.whole(val))
-            if kind == "error":
-                return _err(500 if val.startswith("engine failure") else 400, val,
-                            "server_error" if val.startswith("engine failure") else "invalid_request_error")
-            if kind == "cancelled":
-                return _err(499, "cancelled: the client went away", code="cancelled")
-            if kind == "closing":
-                return _closing()
+            if kind != "delta":
+                return _final(kind, val)
     finally:
         watch.cancel()
         job.cancel.set()  # a no-op once done; stops the generation if this handler was cancelled
@@ -289,8 +370,7 @@ def _data(obj: dict[str, Any]) -> str:
     return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
 
 
-async def _sse(request: Request, job: Job, ids: Ids) -> AsyncIterator[str]:
-    watch = asyncio.create_task(_watch(request, job))
+async def _sse(watch: asyncio.Task, job: Job, ids: Ids) -> AsyncIterator[str]:
     try:
         yield _data(ids.chunk("" if not ids.chat else None, role=True))
         sent = 0
@@ -309,7 +389,7 @@ async def _sse(request: Request, job: Job, ids: Ids) -> AsyncIterator[str]:
                 yield "data: [DONE]\n\n"
                 return
             elif kind in ("error", "closing"):
-                msg = val if kind == "error" else "the server is shutting down; retry later"
+                msg = val[1] if kind == "error" else "the server is shutting down; retry later"
                 yield _data(error_body(msg, "server_error"))
                 yield "data: [DONE]\n\n"
                 return

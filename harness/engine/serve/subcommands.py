@@ -23,6 +23,7 @@ class ServeFlags:
     max_body_kb: int = 1024  # a larger request body is refused (413) before it is read
     api_key: str = ""  # --api-key, or BMOE_API_KEY: "" = none asked
     allow_hosts: tuple[str, ...] = ()  # Host header names answered beside the loopback ones and --host
+    tokenize_timeout: float = 10.0  # seconds: a prompt that takes longer to tokenize is refused (400)
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -34,12 +35,13 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body-kb", type=int, default=ServeFlags.max_body_kb)
     p.add_argument("--api-key", default=None)
     p.add_argument("--allow-host", action="append", default=[])
+    p.add_argument("--tokenize-timeout", type=float, default=ServeFlags.tokenize_timeout)
     return p
 
 
 SERVE_HELP = ("bmoe serve [-m MODEL] [engine flags] [--host 127.0.0.1] [--port 8080] [--queue 4] [--model-name ID] "
-              "[--max-body-kb 1024] [--api-key KEY (or BMOE_API_KEY)] [--allow-host NAME ...] (no -m: the bundled "
-              "trained model): "
+              "[--max-body-kb 1024] [--api-key KEY (or BMOE_API_KEY)] [--allow-host NAME ...] [--tokenize-timeout 10] "
+              "(no -m: the bundled trained model): "
               "an OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, and a "
               "chat page at /)")
 CHAT_HELP = ("bmoe chat [-m MODEL] [engine flags]: an interactive terminal chat with live telemetry (no -m: the "
@@ -60,6 +62,8 @@ def split(argv: list[str], env: Mapping[str, str] = os.environ) -> tuple[str | N
         raise UserError(f"bmoe serve: --queue must be >= 0, got {ns.queue}")
     if ns.max_body_kb < 1:
         raise UserError(f"bmoe serve: --max-body-kb must be >= 1, got {ns.max_body_kb}")
+    if not 0 < ns.tokenize_timeout <= 3600:
+        raise UserError(f"bmoe serve: --tokenize-timeout must be 0 < S <= 3600 seconds, got {ns.tokenize_timeout}")
     key = ns.api_key if ns.api_key is not None else env.get("BMOE_API_KEY", "")
     if ns.api_key is not None and not key:
         raise UserError("bmoe serve: --api-key is empty; give a key, or drop the flag to serve without one")
@@ -68,7 +72,8 @@ def split(argv: list[str], env: Mapping[str, str] = os.environ) -> tuple[str | N
     hosts = tuple(h.strip() for h in ns.allow_host)
     if any(not h for h in hosts):
         raise UserError("bmoe serve: --allow-host needs a name (or '*' for any Host header)")
-    return name, rest, ServeFlags(ns.host, ns.port, ns.queue, ns.model_name, ns.max_body_kb, key, hosts)
+    return name, rest, ServeFlags(ns.host, ns.port, ns.queue, ns.model_name, ns.max_body_kb, key, hosts,
+                                 ns.tokenize_timeout)
 
 
 def parse(argv: list[str]) -> tuple[str | None, EngineConfig, ServeFlags]:

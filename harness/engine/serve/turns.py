@@ -21,6 +21,7 @@ from harness.engine.run.engine import Engine
 from harness.engine.run.session import Sampling
 from harness.engine.run.sinks import TextSink
 from harness.engine.run.token_loop import TokenLoop
+from harness.engine.serve.tokenize import TOKENIZE_S, bound_of, tokenize
 from harness.errors import UserError
 from harness.formats.metrics_csv import Summary, TokenRow
 
@@ -113,13 +114,18 @@ class Conversation:
         self.turn = 0
         self.sinks = [s for s in engine.sinks if not isinstance(s, TextSink)]  # the caller shows the text
         self.last: TurnResult | None = None
+        self.bound = bound_of(self.sess)  # how many bytes of prompt the context can hold, at most
 
     @property
     def n_ctx(self) -> int:
         return self.engine.cfg.ctx
 
-    def prompt_tokens(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None) -> list[int]:
-        """Tokens of a chat history (through the template) or of a raw prompt (as given)."""
+    def prompt_tokens(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
+                      n_predict: int = 0, stop: Callable[[], bool] = lambda: False,
+                      limit_s: float = TOKENIZE_S) -> list[int]:
+        """Tokens of a chat history (through the template) or of a raw prompt (as given). A text that cannot fit in
+        the context beside `n_predict` tokens is refused before it is tokenized; a long one is tokenized in a child
+        process, stopped (Stopped) when `stop()` turns true and refused after `limit_s` (serve.tokenize)."""
         if messages is not None:
             cfg = self.engine.cfg
             text = chat_prompt(cfg.model, self.engine.layout.chat_template, check_messages(messages),
@@ -128,7 +134,13 @@ class Conversation:
             text = prompt
         else:
             raise UserError("give messages or a prompt")
-        return self.sess.tokenize(text)
+        self.check_size(text, n_predict)
+        return tokenize(self.sess, text, stop, limit_s)
+
+    def check_size(self, text: str, n_predict: int) -> None:
+        """UserError when `text` has more bytes than the context can hold beside `n_predict` tokens (cheap: no
+        tokenizing)."""
+        self.bound.check(text.encode(), self.n_ctx, n_predict)
 
     def check_fits(self, tokens: list[int], n_predict: int) -> None:
         if not tokens:
