@@ -127,9 +127,10 @@ def run(argv: list[str]) -> int:
 
             return serve(engine, serve_flags, sock)
         if cfg.fidelity_ref or cfg.fidelity_against:
-            return _run_fidelity(engine, cfg)
+            return _guarded(cfg, "--fidelity-ref" if cfg.fidelity_ref else "--fidelity-csv",
+                            lambda: _run_fidelity(engine, cfg))
         if cfg.prompts_file:
-            res = _run_prompts(engine, cfg, items, interrupt)
+            res = _guarded(cfg, "--replies", lambda: _run_prompts(engine, cfg, items, interrupt))
         else:
             res = engine.run(between_tokens=interrupt.check)
         if res.k_effective is not None:
@@ -140,6 +141,24 @@ def run(argv: list[str]) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _guarded(cfg, flag: str, work):
+    """work(), a failed write of the file `flag` names (read-only, full) as one line naming the flag and path."""
+    import errno
+    from pathlib import Path
+
+    from harness.engine.run.paths import write_error
+
+    try:
+        return work()
+    except OSError as e:
+        path = getattr(cfg, flag[2:].replace("-", "_"))
+        if not path or e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        tmp = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.tmp")  # a file written whole, then renamed
+        tmp.unlink(missing_ok=True)
+        raise write_error(flag, path, e) from None
 
 
 def _fidelity_config(sub: str | None, cfg):

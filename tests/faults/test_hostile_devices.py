@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -21,11 +22,30 @@ from tests.helpers.stall_server import StallServer, wait_accepted
 TRICKLE = b"OKAY00ff" + b"x" * 255
 
 
-def bench(*args: object, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    r = subprocess.run([*BENCH, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
-    return r, time.monotonic() - t0
+def bench(*args: object, server: StallServer, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    """bmoe-bench ARGS as a real process, and the seconds from its first connection to the server to its exit (on
+    a busy machine the interpreter's start alone can take many seconds: that is not the bound under test)."""
+    p = subprocess.Popen([*BENCH, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    try:
+        wait_accepted(server, timeout=timeout)
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    return subprocess.CompletedProcess(args, p.returncode, out, err), time.monotonic() - t0
+
+
+def slowdown() -> float:
+    """How much slower than its CPU time a process of this priority runs here now (1 on an idle machine): a
+    loaded machine cannot give the 2 s the command is allowed in 2 s of wall time, so the bound scales by it."""
+    p = subprocess.run([sys.executable, "-c", "import time\nw, c = time.monotonic(), time.process_time()\n"
+                        "while time.process_time() - c < 0.1: pass\n"
+                        "print((time.monotonic() - w) / (time.process_time() - c))"],
+                       capture_output=True, text=True, timeout=300)
+    return max(1.0, float(p.stdout))
 
 
 def _no_traceback(r: subprocess.CompletedProcess) -> None:
@@ -34,7 +54,7 @@ def _no_traceback(r: subprocess.CompletedProcess) -> None:
 
 def test_devices_against_a_trickling_server_names_it_in_one_line():
     with StallServer("trickle", TRICKLE, interval=1.0) as s:
-        r, took = bench("devices", "--server", s.address, "--device-timeout", "4")
+        r, took = bench("devices", "--server", s.address, "--device-timeout", "4", server=s)
     _no_traceback(r)
     assert r.returncode == 1, (r.stdout, r.stderr)
     lines = [ln for ln in r.stdout.splitlines() if s.address in ln]
@@ -46,7 +66,7 @@ def test_devices_against_a_trickling_server_names_it_in_one_line():
 @pytest.mark.parametrize("mode", ["stall", "trickle"])
 def test_devices_of_one_server_that_hangs_is_one_error_line(mode):
     with StallServer(mode, TRICKLE, interval=1.0) as s:
-        r, took = bench("devices", "--port", s.port, "--device-timeout", "4")
+        r, took = bench("devices", "--port", s.port, "--device-timeout", "4", server=s)
     _no_traceback(r)
     assert r.returncode == 2, (r.stdout, r.stderr)
     errs = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
@@ -81,7 +101,7 @@ def _fleet(tmp_path: Path, server: str) -> Path:
 def test_a_fleet_whose_server_never_answers_stops_in_one_line(tmp_path):
     with StallServer("stall") as s:
         p = _fleet(tmp_path, s.address)
-        r, took = bench("run", p, "--out", tmp_path / "bd", "--device-timeout", "4")
+        r, took = bench("run", p, "--out", tmp_path / "bd", "--device-timeout", "4", server=s)
     _no_traceback(r)
     assert r.returncode == 2, (r.stdout, r.stderr)
     errs = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
@@ -95,11 +115,11 @@ def _sigterm_within_2s(argv: list[object], server: StallServer) -> subprocess.Co
     p = subprocess.Popen([*BENCH, *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          stdin=subprocess.DEVNULL)
     try:
-        wait_accepted(server, timeout=120)  # the command is now waiting on the server
+        wait_accepted(server, timeout=300)  # the command is now waiting on the server
         time.sleep(0.5)
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
-        out, err = p.communicate(timeout=30)
+        out, err = p.communicate(timeout=60)
         took = time.monotonic() - t0
     finally:
         if p.poll() is None:
@@ -107,7 +127,7 @@ def _sigterm_within_2s(argv: list[object], server: StallServer) -> subprocess.Co
             p.communicate()
     r = subprocess.CompletedProcess(argv, p.returncode, out, err)
     _no_traceback(r)
-    assert took < 2.0, (took, err)
+    assert took < 2.0 * slowdown(), (took, err)
     return r
 
 
@@ -138,7 +158,7 @@ def _ssh_campaign(tmp_path: Path, port: int) -> Path:
 def test_an_ssh_target_that_stalls_is_one_line_and_sigterm_is_honoured(tmp_path):
     with StallServer("stall") as s:
         p = _ssh_campaign(tmp_path, s.port)
-        r, took = bench("run", p, "--out", tmp_path / "bd", "--device-timeout", "6")
+        r, took = bench("run", p, "--out", tmp_path / "bd", "--device-timeout", "6", server=s)
         _no_traceback(r)
         assert r.returncode == 2, (r.stdout, r.stderr)
         errs = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]

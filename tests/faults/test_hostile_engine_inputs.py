@@ -15,6 +15,7 @@ import pytest
 
 from harness.synth import ModelSpec, make_model
 from tests.helpers.engine import BMOE
+from tests.helpers.faults import fill, mount_tmpfs
 
 pytestmark = pytest.mark.engine
 
@@ -96,24 +97,44 @@ def test_a_device_or_fifo_as_an_input_file_is_refused_before_reading(model, tmp_
 
 
 OUTPUTS = ["--csv", "--io-trace", "--compute-trace", "--route-trace"]
+TEXT = "word " * 200  # four chunks of -c 64 to score
 
 
-@pytest.mark.parametrize("flag", OUTPUTS)
-def test_an_output_on_a_full_device_names_the_flag_and_path(model, flag):
+@pytest.mark.parametrize("flag", [*OUTPUTS, "--fidelity-ref"])
+def test_an_output_on_a_device_is_refused_before_the_load(model, flag):
+    """--fidelity-ref /dev/full (written whole, then renamed over the path) replaced the device with a file."""
+    before = os.stat("/dev/full")
     line = error_line(run("-m", str(model), "--moe-stream", "--cache-mb", "0", "-n", "2", "-t", "1", flag,
-                          "/dev/full"), 28, f"{flag} /dev/full: disk full")
+                          "/dev/full"), 2, f"{flag} /dev/full: is a character device, not a file")
+    assert "give a file path" in line
+    after = os.stat("/dev/full")
+    assert (after.st_mode, after.st_rdev, after.st_ino) == (before.st_mode, before.st_rdev, before.st_ino)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    yield from mount_tmpfs(tmp_path)
+
+
+@pytest.mark.parametrize("flag", [*OUTPUTS, "--fidelity-ref"])
+def test_an_output_on_a_full_disk_names_the_flag_and_path(model, tmpfs, flag):
+    out = tmpfs / "out.csv"
+    fill(tmpfs)
+    argv = ["-c", "64", "-p", TEXT] if flag == "--fidelity-ref" else ["--moe-stream", "--cache-mb", "0", "-n", "8"]
+    line = error_line(run("-m", str(model), "-t", "1", *argv, flag, str(out)), 28, f"{flag} {out}: disk full")
     assert "No space" not in line
+    assert sorted(p.name for p in tmpfs.iterdir()) in (["filler"], ["filler", "out.csv"])
 
 
-@pytest.mark.parametrize("flag", OUTPUTS)
+@pytest.mark.parametrize("flag", [*OUTPUTS, "--fidelity-ref"])
 def test_an_output_in_a_read_only_folder_names_the_flag_and_path(model, tmp_path, flag):
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)
+    argv = ["-c", "64", "-p", TEXT] if flag == "--fidelity-ref" else ["--moe-stream", "--cache-mb", "0", "-n", "2"]
     try:
-        error_line(run("-m", str(model), "--moe-stream", "--cache-mb", "0", "-n", "2", "-t", "1", flag,
-                       str(ro / "out.csv"), prefix=AS_USER), 2, f"{flag} {ro / 'out.csv'}: cannot write it",
-                   "Permission denied")
+        error_line(run("-m", str(model), "-t", "1", *argv, flag, str(ro / "out.csv"), prefix=AS_USER), 2,
+                   f"{flag} {ro / 'out.csv'}: cannot write it", "Permission denied")
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)

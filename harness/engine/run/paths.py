@@ -62,10 +62,11 @@ def check_input_files(cfg: EngineConfig) -> None:
 
 
 def check_output_paths(cfg: EngineConfig) -> None:
-    """Every PATH the run will write (the flags declared `writes`), checked before the slow load: its directory
-    must exist (nothing is created for it) and the path must not be a directory. One line, exit 2."""
+    """Every PATH the run will write (the flags declared `writes`, the fidelity outputs), checked before the slow
+    load: its directory must exist (nothing is created for it) and the path must be a file or nothing yet (not a
+    directory, a device or a FIFO: /dev/full was replaced by a file). One line, exit 2."""
     for s in SPECS:
-        path = getattr(cfg, s.name) if s.flag.writes else None
+        path = getattr(cfg, s.name) if s.flag.writes or s.name in EXTRA_OUTPUTS else None
         if not path:
             continue
         parent = os.path.dirname(os.path.abspath(path))
@@ -74,6 +75,9 @@ def check_output_paths(cfg: EngineConfig) -> None:
             raise UserError(f"{s.label} {path}: its directory {parent} {what}; create it first or write elsewhere")
         if os.path.isdir(path):
             raise UserError(f"{s.label} {path}: is a directory; give a file path")
+        # a device or FIFO: written into it, or (a file written whole, then renamed over it) replaced by a file
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise UserError(f"{s.label} {path}: is {_kind(os.stat(path).st_mode)}, not a file; give a file path")
 
 
 def label_of(cfg: EngineConfig, path: object) -> str:
