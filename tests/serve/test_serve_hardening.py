@@ -263,7 +263,7 @@ def test_a_second_signal_exits_now(model, tmp_path):
         time.sleep(0.3)
         s.p.send_signal(signal.SIGTERM)
         time.sleep(0.2)
-        assert s.p.poll() is None  # the first signal waits for open connections (up to GRACE_S, 0.5 s)
+        assert s.p.poll() is None  # the first signal waits for open connections (up to GRACE_S, 0.4 s)
         t0 = time.monotonic()
         s.p.send_signal(signal.SIGTERM)
         try:

@@ -125,7 +125,7 @@ def test_a_prompt_that_cannot_fit_is_refused_before_it_is_tokenized(model, tmp_p
 def test_health_answers_within_100_ms_while_the_largest_accepted_prompt_is_tokenized(big):
     prompt = _largest(big, 16384)
     t = _in_thread(big.url, {"prompt": prompt, "max_tokens": 1})
-    assert _wait(lambda: big.health()["running_phase"] == "tokenizing", 60)
+    assert _wait(lambda: big.health()["running_phase"] == "tokenizing", 300)
     lat = []
     while t.is_alive():
         t0 = time.monotonic()
@@ -149,10 +149,10 @@ def test_tokenizing_waits_in_the_queue_and_a_client_that_leaves_stops_it(big):
     before = big.health()
     prompt = _largest(big, 16384)
     first = _send(big, {"prompt": prompt, "max_tokens": 1})
-    assert _wait(lambda: big.health()["running_phase"] == "tokenizing", 60)
+    assert _wait(lambda: big.health()["running_phase"] == "tokenizing", 300)
     second = _send(big, {"prompt": prompt, "max_tokens": 1})
-    assert _wait(lambda: big.health()["waiting"] == 1, 30), big.health()
-    kids = _children(big.p.pid)
+    assert _wait(lambda: big.health()["waiting"] == 1, 120), big.health()
+    kids = _wait(lambda: _children(big.p.pid), 60)
     assert len(kids) == 1, kids  # one prompt tokenized at a time, in its own process
     r = big.http.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})  # --queue 1: full
     assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full", r.text
@@ -160,10 +160,10 @@ def test_tokenizing_waits_in_the_queue_and_a_client_that_leaves_stops_it(big):
     first.close()
     second.close()
     t0 = time.monotonic()
-    h = _wait(lambda: (x := big.health())["running"] == 0 and x["waiting"] == 0 and x, 30)
+    h = _wait(lambda: (x := big.health())["running"] == 0 and x["waiting"] == 0 and x, 120)
     took = time.monotonic() - t0
     assert h and h["cancelled"] == before["cancelled"] + 2, big.health()
-    assert _wait(lambda: not os.path.exists(f"/proc/{kids[0]}"), 10), "the tokenizing went on after its client left"
+    assert _wait(lambda: not os.path.exists(f"/proc/{kids[0]}"), 60), "the tokenizing went on after its client left"
     print(f"\ntwo clients gone: both cancelled and the tokenizer killed {took:.2f} s later")
     ok = big.http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     assert ok.status_code == 200
@@ -177,7 +177,7 @@ def test_tokenizing_longer_than_the_timeout_is_refused(model, tmp_path):
         took = time.monotonic() - t0
         err = r.json()["error"]
         assert r.status_code == 400 and err["code"] == "prompt_too_slow" and "0.3 s" in err["message"], r.text
-        assert _wait(lambda: not _children(s.p.pid), 10)
+        assert _wait(lambda: not _children(s.p.pid), 60)
         print(f"\ntokenize timeout 0.3 s: refused after {took:.2f} s")
         assert took < 10, took
         assert s.http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}).status_code == 200
@@ -210,14 +210,14 @@ def test_sigterm_at_every_point_exits_within_2_s(model, tmp_path, point):
             body = {"prompt": "the cat " * 640, "max_tokens": 50}  # ~3840 tokens: seconds of prefill here
         t = _in_thread(s.url, body)
         phase = {"tokenizing": lambda h: h["running_phase"] == "tokenizing",
-                 "decode-streamed": lambda h: h["running_tokens"] >= 5}.get(point, lambda h: h["running_phase"] ==
+                 "decode-streamed": lambda h: h["running_tokens"] >= 1}.get(point, lambda h: h["running_phase"] ==
                                                                              "generating")
-        assert _wait(lambda: phase(s.health()), 60), s.health()
+        assert _wait(lambda: phase(s.health()), 300), s.health()
         time.sleep(0.2)
         h = s.health()
         if point.startswith("prefill"):
             assert h["running_phase"] == "generating" and h["running_tokens"] == 0, h  # still in the prefill
-        kid = _children(p.pid)[0] if point == "tokenizing" else None
+        kid = _wait(lambda: _children(p.pid), 60)[0] if point == "tokenizing" else None
     t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
     try:
@@ -237,7 +237,7 @@ def test_sigterm_at_every_point_exits_within_2_s(model, tmp_path, point):
         assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down", r.text
     assert took < 2.0, took
     if kid is not None:
-        assert _wait(lambda: not os.path.exists(f"/proc/{kid}"), 5), "the tokenizer outlived its server"
+        assert _wait(lambda: not os.path.exists(f"/proc/{kid}"), 60), "the tokenizer outlived its server"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -246,7 +246,7 @@ def test_a_model_truncated_under_the_plain_mmap_server_answers_the_request_in_fl
     make_model(m, ModelSpec(seed=16))
     s = Server(m, tmp_path, "-c", "4096")  # plain mmap: the truncation is a SIGBUS in llama.cpp's compute threads
     t = _in_thread(s.url, {"prompt": "go", "max_tokens": 4000}, stream)
-    assert _wait(lambda: s.health()["running_tokens"] >= 5, 60)
+    assert _wait(lambda: s.health()["running_tokens"] >= 1, 300)
     os.truncate(m, m.stat().st_size // 3)
     try:
         rc = s.p.wait(timeout=30)

@@ -3,10 +3,13 @@
 - Listen: the address is resolved and bound before the model loads (`listen`): a port in use or a --host that is
   no address here is one line and exit 2. Beyond loopback without an API key, a warning line.
 - SIGTERM or SIGINT: whatever the worker is doing stops at once: a prompt being tokenized (its child process is
-  killed), a prefill or a decode inside llama.cpp (its abort callback, from the compiled helper), a request
-  waiting in the queue (503). Open connections get GRACE_S to take their answers, the worker WORKER_S to leave
-  llama.cpp, then the engine is closed and the process exits 0: within 2 s of the signal. A second signal exits
-  at once (128 + its number), with a line. Before the server listens (during the load) SIGTERM ends the process
+  killed), a prefill or a decode inside llama.cpp (its abort callback, from the compiled helper, read between
+  graph nodes), a request waiting in the queue (503). Open connections get GRACE_S to take their answers; once the
+  worker has left llama.cpp the engine's files are closed and the process exits 0 (its memory and threads left to
+  the kernel). If the worker is still inside one graph
+  node STOP_S after the signal (a starved CPU), the process exits 0 without closing the engine (the kernel frees
+  it all), with a line: within 2 s of the signal either way. A second signal exits at once (128 + its number),
+  with a line. Before the server listens (during the load) SIGTERM ends the process
   by its default action, at once and without output (status 143; -15 to a Python parent).
 - An engine failure (an I/O error on an expert read): the failing request gets a JSON 500, the others 503, and
   the process exits 3 with one line, so that a supervisor restarts it.
@@ -24,6 +27,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from types import FrameType
 
 from harness.engine.io import lazymap
@@ -34,8 +38,8 @@ from harness.engine.serve.server import Worker, make_app
 from harness.engine.serve.subcommands import ServeFlags
 from harness.errors import UserError
 
-GRACE_S = 0.5  # after SIGTERM: for open connections to take their answers (a body that never comes: 503)
-WORKER_S = 0.5  # then for the worker to leave llama.cpp (aborted) before the engine is closed
+GRACE_S = 0.4  # after SIGTERM: for open connections to take their answers (a body that never comes: 503)
+STOP_S = 0.8  # from the signal: the worker has left llama.cpp by then, or the process exits without closing it
 FAULT_GRACE_MS = 3000
 EXIT_MODEL_CHANGED = 4
 
@@ -120,6 +124,7 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
     import uvicorn
 
     loops: list[asyncio.AbstractEventLoop] = []
+    signalled_at: list[float] = []
     faults: list[str] = []
 
     class Server(uvicorn.Server):
@@ -130,6 +135,7 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
                 _say(f"bmoe serve: {signal.Signals(sig).name} again: exiting now")
                 os._exit(128 + sig)
             self.signalled = True
+            signalled_at.append(time.monotonic())
             worker.closing = True  # the running job stops at its next check, the decode in progress now
             if abort is not None:
                 abort.value = 1
@@ -180,10 +186,17 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
         if faults:  # the worker is parked in the SIGBUS handler: nothing can be closed
             _say(f"bmoe: error: {faults[0]}; do not change a model file while it runs: restore it and run again")
             os._exit(EXIT_MODEL_CHANGED)
-        if not worker.stop(WORKER_S):  # before the engine closes: the worker may be inside llama.cpp
-            _say(f"bmoe serve: the worker did not leave llama.cpp within {WORKER_S:g} s of the shutdown; exiting "
-                 "without closing the engine")
-            os._exit(1)
+        left = signalled_at[0] + STOP_S - time.monotonic() if signalled_at else STOP_S
+        if not worker.stop(max(left, 0.05)):  # before the engine closes: the worker may be inside llama.cpp
+            _say(f"bmoe serve: llama.cpp was still inside a graph node {STOP_S:g} s after the shutdown began; "
+                 "exiting without closing the engine")
+            os._exit(3 if worker.fatal else 0)
     if worker.fatal:  # the CLI prints it in one line and exits 3
         raise EngineError(f"bmoe serve: engine failure: {worker.fatal}; exiting (restart the server)")
-    return 0
+    # the worker is out of llama.cpp: the engine's files are closed, its memory and threads left to the kernel (freeing
+    # a model, joining read lanes and the interpreter's teardown took seconds on a loaded machine)
+    for sink in engine.sinks:
+        sink.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

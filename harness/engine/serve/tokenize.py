@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import struct
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -123,11 +124,13 @@ def _collect(r: int, stop: Callable[[], bool], deadline: float, size: int, limit
 
 
 def _reap(pid: int) -> None:
+    """Kill the child (done or not) and reap it; a thread waits for a child still dying (tearing down its copy of
+    the address space takes a while on a loaded machine), so that nothing here waits on it."""
     try:
+        os.kill(pid, signal.SIGKILL)
         if os.waitpid(pid, os.WNOHANG) == (0, 0):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    except ChildProcessError:
+            threading.Thread(target=os.waitpid, args=(pid, 0), name="bmoe-tokenize-reap", daemon=True).start()
+    except (ProcessLookupError, ChildProcessError):
         pass
 
 
