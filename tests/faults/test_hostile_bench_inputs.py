@@ -136,3 +136,26 @@ def test_make_model_onto_a_full_disk_or_a_device_is_one_line(tmpfs):
         r = cli("make-model", "/dev/full", *force)
         assert r.returncode == 2 and "/dev/full" in error_line(r.stderr)
     assert not Path("/dev/full.part").exists()
+
+
+@pytest.mark.skipif(not AS_USER and os.geteuid() == 0, reason="needs setpriv")
+def test_report_on_a_read_only_folder_is_one_line_and_writes_nothing(finished, tmp_path):
+    import shutil
+
+    ro = tmp_path / finished.name
+    shutil.copytree(finished, ro)
+    shutil.rmtree(ro / "plots")
+    (ro / "findings.md").unlink()
+    before = sorted(p.relative_to(ro) for p in ro.rglob("*"))
+    for p in [ro, *ro.rglob("*")]:
+        if p.is_dir():
+            p.chmod(0o555)
+    try:
+        r = as_user("report", ro)
+        assert r.returncode == 2, r.stderr
+        assert f"{ro}: cannot write" in error_line(r.stderr)
+        assert sorted(p.relative_to(ro) for p in ro.rglob("*")) == before
+    finally:
+        for p in [ro, *ro.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o755)
