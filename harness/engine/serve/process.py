@@ -34,8 +34,9 @@ from harness.engine.io import lazymap
 from harness.engine.run.engine import Engine
 from harness.engine.run.session import EngineError
 from harness.engine.serve.guard import Guard, door_of, is_loopback
-from harness.engine.serve.server import Worker, make_app
+from harness.engine.serve.server import make_app
 from harness.engine.serve.subcommands import ServeFlags
+from harness.engine.serve.worker import Worker
 from harness.errors import UserError
 
 GRACE_S = 0.4  # after SIGTERM: for open connections to take their answers (a body that never comes: 503)
