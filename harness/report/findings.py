@@ -8,6 +8,7 @@ import math
 
 from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
+from harness.report.config_md import config_table
 from harness.report.fleet import fleet_of, fleet_section, fleet_verdict, fleet_warnings, pooled_note
 from harness.report.intervals import fmt, methods_note, pairing_lines, precision_lines
 from harness.report.peers import engines_section
@@ -138,15 +139,12 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
         facts = ", ".join(f"{k}={c.config[k]}" for k in res.varying_facts if k in c.config)
         if facts:
             out.append(f"- Engine facts of **{c.label}** (CSV preamble): {facts}.")
-    if res.fixed_config:
-        items = ", ".join(f"{k}={v}" for k, v in res.fixed_config.items() if k != "engine")
-        out.append(f"- Engine configuration shared by every run (CSV preambles): {items}.")
     if p.quality is None:
         out.append(f"- Prompt: \"{p.prompt}\"")
     else:
         out.append(f"- Prompts: {len(p.quality.ids)} GSM8K questions answered in one engine process per run "
                    f"(the quality section below); tok/s is over every question's tokens.")
-    return out + [""]
+    return out + [""] + config_table(res.fixed_config)
 
 
 def _repeats(res: Results, repeats: int) -> str:
