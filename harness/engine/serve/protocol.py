@@ -15,7 +15,9 @@ BMOE_BEGIN, BMOE_PROGRESS, BMOE_DONE and BMOE_ERROR prefixed lines; here every l
   done   {id, turn, finish: stop|length|cancelled, cancelled, tokens, token_ids, text, n_prompt, n_reused,
           n_past, tok_s, summary: {the CSV's # summary fields}}   text: the deltas joined (plus U+FFFD when the
           reply ends inside a UTF-8 sequence)
-  error  {id, fatal, msg}   a malformed line or a refused request is not fatal: the session goes on
+  error  {id, fatal, msg}   a malformed line (not JSON, not an object, nested deeper than MAX_DEPTH) or a refused
+          request (a prompt that cannot fit, refused before it is tokenized; one slower to tokenize than
+          serve.tokenize.TOKENIZE_S) is not fatal: the session goes on
 The messages go through the model's own chat template; each generate is one `turn` of the CSV. The prompt's
 prefix already in the KV cache is kept (n_reused); llama.cpp's CPU kernels are not batch-size invariant, so a
 reply after a reused prefix can differ at a near-tie from a fresh process's; --no-kv-reuse makes each turn
