@@ -46,7 +46,11 @@ def test_an_unpassable_string_is_one_line_from_validate_and_run(tmp_path, case):
         r = cli(*argv)
         assert r.returncode == 2, (r.stdout, r.stderr)
         err = error_line(r.stderr)
-        assert f"{p}:{line}: {key} contains" in err and ("NUL byte" in err or "U+D800" in err), err
+        ok = f"{p}:{line}: {key} contains" in err and ("NUL byte" in err or "U+D800" in err)
+        # libyaml (PyYAML's C loader, used where it is installed) refuses a lone surrogate escape while parsing:
+        # still one line naming the same file and line
+        ok = ok or (case == "surrogate" and f"{p}:{line}: YAML syntax" in err and "Unicode" in err)
+        assert ok, err
     assert not (tmp_path / "bd").exists()
 
 
