@@ -35,6 +35,18 @@ WILDCARDS = ("", "0.0.0.0", "::")
 OPEN_PATHS = ("/health", "/")  # answered without the API key: the probe and the static page
 
 
+class _Started:
+    """A send that notes whether the response has started (after that, an error can only end the connection)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, m: Message) -> None:
+        self.started = self.started or m["type"] == "http.response.start"
+        await self.send(m)
+
+
 @dataclass(frozen=True)
 class Door:
     max_body: int  # bytes
@@ -120,17 +132,11 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracked(m: Message) -> None:
-            nonlocal started
-            started = started or m["type"] == "http.response.start"
-            await send(m)
-
+        tracked = _Started(send)
         try:
             await self._http(scope, receive, tracked)
         except asyncio.CancelledError:  # the shutdown's grace ran out on it (a body that never came, a slow reader):
-            if not started:  # uvicorn says so in one line; the request gets its 503, not a traceback
+            if not tracked.started:  # uvicorn says so in one line; the request gets its 503, not a traceback
                 await send_error(send, 503, "the server is shutting down; retry later (against its restart)",
                                  "shutting_down", {"Retry-After": "5"}, "server_busy")
 
@@ -154,19 +160,13 @@ class Guard:
         await self._app(scope, _replay(bytes(body), receive), send)
 
     async def _app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def tracked(m: Message) -> None:
-            nonlocal started
-            started = started or m["type"] == "http.response.start"
-            await send(m)
-
+        tracked = _Started(send)
         try:
             await self.app(scope, receive, tracked)
         except Exception as e:  # noqa: BLE001 - one line and a JSON 500, never a traceback or a plain-text 500
             self.log(f"bmoe serve: internal error on {scope.get('method')} {scope.get('path')}: "
                      f"{type(e).__name__}: {e}".encode("utf-8", "backslashreplace").decode())
-            if not started:
+            if not tracked.started:
                 await send_error(send, 500, f"internal error: {type(e).__name__}", "internal_error",
                                  type_="server_error", close=False)
 
