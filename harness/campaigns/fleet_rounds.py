@@ -155,6 +155,8 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
             elif ev.kind == "done":
                 outcome, hashes = ev.result
                 r = m.runs[ev.index]
+                if r.finished:  # handed over again on Ctrl-C (scheduler._hand_over_done): recorded already
+                    continue
                 m.runs[ev.index] = r.finish(outcome, hashes, device=ev.label)
                 dirty = True
                 prog.end(ev.label, r.run_id, cells[r.cell].label, outcome.dump())

@@ -11,14 +11,16 @@ per device, and ONE writer (the calling thread) that receives every event in ord
 - `on_events(events)`: called in the calling thread with every batch of events the workers queued, oldest
   first: `Event("start", label, i)`, `Event("done", label, i, result)` (result: whatever Session.run_one
   returned; the run's folder is already committed by its worker), `Event("waiting", label, text=...)`,
-  `Event("back", label)`, `Event("lost", label, text=why)`. The writer saves the manifest once per batch.
+  `Event("back", label)`, `Event("lost", label, text=why)`. The writer saves the manifest once per batch. On
+  Ctrl-C a "done" may come twice (see below): the writer records a run once.
 - A device that does not answer (Session.gone() before each run, or an exception from run_one while it
   does not answer) is waited for up to `grace_s` seconds, re-opened every `poll_s`; back in time, its queue
   goes on; else it is lost: its remaining runs go to the other devices when no owner binds them (spread),
   or are left not run (compare). A UserError from run_one on a device that answers gives that device up
   (its run put back); a ResourceError (a full disk here) or any other exception stops the whole campaign.
 - Ctrl-C (KeyboardInterrupt in the calling thread): every session is interrupted (the engine killed on its
-  device), the workers joined, and it is re-raised. Runs in progress are then left pending.
+  device), the workers joined, every run that finished meanwhile (or whose news was still queued) handed to
+  `on_events` as "done", and it is re-raised. Runs in progress are then left pending.
 
 Returns a `Report`: the runs no device ran (still pending) and why each lost device was given up. Pure
 threading: no adb, no files; harness.campaigns.fleet_rounds runs a campaign's runs through it."""
@@ -200,6 +202,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
         t.start()
     running = len(threads)
     fatal: BaseException | None = None
+    batch: list = []
     try:
         while running:
             try:
@@ -227,6 +230,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
         end = time.monotonic() + STOP_WAIT_S  # the workers kill their engines (bounded); a hung one is left behind
         for t in threads:
             t.join(max(0.0, end - time.monotonic()))
+        _hand_over_done(batch, events, on_events)
         raise
     finally:
         for s in list(sessions.values()):
@@ -247,6 +251,26 @@ def _stop_all(stop: threading.Event, sessions: dict[str, Session], lock: threadi
     for s in current:
         try:
             s.interrupt()
+        except Exception:
+            pass
+
+
+def _hand_over_done(batch: list, events: queue.Queue, on_events: Callable[[list[Event]], None]) -> None:
+    """On Ctrl-C: the runs whose folders were committed but may not be recorded yet (in the batch the writer
+    was handling, still queued on a busy writer, or finished while the workers stopped) go to the writer again,
+    so the interrupted manifest lists every run that finished (the writer ignores a run it already recorded).
+    Best effort: a failure here must not hide the interrupt."""
+    done = [x for x in batch if isinstance(x, Event) and x.kind == "done"]
+    while True:
+        try:
+            x = events.get_nowait()
+        except queue.Empty:
+            break
+        if isinstance(x, Event) and x.kind == "done":
+            done.append(x)
+    if done:
+        try:
+            on_events(done)
         except Exception:
             pass
 
