@@ -19,6 +19,7 @@ from harness.errors import UserError
 from harness.targets import Target
 from harness.targets.adb import AdbTarget
 from tests.helpers.adbd import SERIAL
+from tests.helpers.sigint import sigint_after
 
 pytestmark = [
     pytest.mark.adb,
@@ -190,13 +191,8 @@ def test_timeout_kills_the_engine_on_the_device(target, engine, tmp_path):
 
 def test_keyboard_interrupt_kills_the_engine_by_pid_and_reraises(target, engine, tmp_path):
     lines: list[str] = []
-    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _run(target, [engine, "sleep", "60"], tmp_path, timeout_s=60, on_stdout_line=lines.append)
-    finally:
-        timer.cancel()
+    with sigint_after(1.5), pytest.raises(KeyboardInterrupt):
+        _run(target, [engine, "sleep", "60"], tmp_path, timeout_s=60, on_stdout_line=lines.append)
     pid = int(next(ln for ln in lines if ln.startswith("engine pid")).split()[-1])
     time.sleep(0.3)
     assert not _remote_alive(target, pid)

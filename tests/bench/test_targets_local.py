@@ -14,6 +14,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.targets import LocalTarget, RunOutcome, Target
+from tests.helpers.sigint import sigint_after
 
 PY = sys.executable
 
@@ -110,13 +111,8 @@ def test_outputs_are_fetched_and_a_missing_one_fails_the_run(tmp_path):
 def test_keyboard_interrupt_kills_engine_and_reraises(tmp_path):
     pidfile = tmp_path / "engine.pid"
     code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _run(LocalTarget(), tmp_path, code, timeout_s=60)
-    finally:
-        timer.cancel()
+    with sigint_after(1.0), pytest.raises(KeyboardInterrupt):
+        _run(LocalTarget(), tmp_path, code, timeout_s=60)
     time.sleep(0.2)
     assert not _alive(int(pidfile.read_text()))
 

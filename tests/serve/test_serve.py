@@ -125,9 +125,13 @@ def test_full_queue_is_503_and_a_disconnect_cancels(model, tmp_path):
         # this server keeps the KV prefix (the default): a conversation's next turn reuses the one before
         msgs = [{"role": "user", "content": "Hi"}]
         conv = {"model": "m", "max_tokens": 4, "user": "conversation-1"}
-        one = s.http.post("/v1/chat/completions", json={**conv, "messages": msgs}).json()
+        r1 = s.http.post("/v1/chat/completions", json={**conv, "messages": msgs})
+        assert r1.status_code == 200, (r1.status_code, r1.text, s.health())  # CI once saw no "usage" here
+        one = r1.json()
         msgs += [one["choices"][0]["message"], {"role": "user", "content": "Again"}]
-        two = s.http.post("/v1/chat/completions", json={**conv, "messages": msgs}).json()
+        r2 = s.http.post("/v1/chat/completions", json={**conv, "messages": msgs})
+        assert r2.status_code == 200, (r2.status_code, r2.text, s.health())
+        two = r2.json()
         cached = two["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert one["usage"]["prompt_tokens"] <= cached < two["usage"]["prompt_tokens"], two["usage"]
     finally:
