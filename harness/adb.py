@@ -47,7 +47,7 @@ from harness.adb_shell import (
     script,
     sh_join,
 )
-from harness.errors import UserError
+from harness.errors import BmoeError, UserError
 from harness.link_timeouts import LIMITS, unbounded
 
 SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the device after a push
@@ -62,8 +62,9 @@ _local_hashes: dict[tuple[str, int, int], str] = {}  # a local file's sha256, sh
 _hash_lock = threading.Lock()  # pushes one model to each device: hashed once, not once per device)
 
 
-class DeviceGone(Exception):
-    """The device or the adb server stopped answering."""
+class DeviceGone(BmoeError):
+    """The device or the adb server stopped answering (one line, exit 1, where no caller turns it into a failed
+    run or an unreachable device)."""
 
 
 @dataclass

@@ -6,6 +6,12 @@ its `exit_code` (a subtype may declare its own code, beside its reason). A messa
   exit 28; a campaign folder another run holds: campaigns.store.FolderBusy, exit 75).
 - `Interrupted`: the user stopped the command (Ctrl-C, SIGTERM) and it stopped cleanly: exit 130.
 - `RunFailed`: the command ran and some of what it ran failed (a campaign's failed runs): exit 1.
+- `EngineFailed`: the engine failed while it ran, not because of the input (llama.cpp refused a load or a decode,
+  the streaming hook failed, short reads and EIO on expert reads): exit 3 (harness.engine.run.session.EngineError,
+  harness.engine.stream.common.HookError).
+
+Every error the engine or the harness raises to a CLI is one of these (tests/engine/test_wiring.py checks the
+engine's); anything else reaching `bmoe` is an internal error (exit 3, a traceback with BMOE_DEBUG=1).
 
 `TraceFormatError` is no CLI error: the trace readers (formats.traces, formats.route_trace) raise it on a
 malformed file and turn it into a UserError naming the file.
@@ -42,6 +48,12 @@ class RunFailed(BmoeError):
     """The command ran to its end but some of its runs failed (the message says where the reasons are)."""
 
     exit_code = 1
+
+
+class EngineFailed(BmoeError):
+    """The engine failed while it ran (not the user's input); the message says what failed."""
+
+    exit_code = 3
 
 
 class TraceFormatError(ValueError):

@@ -10,10 +10,10 @@ import os
 import sys
 
 from harness import __version__
-from harness.errors import BmoeError, UserError
+from harness.errors import BmoeError, EngineFailed, UserError
 
 EXIT_USER = UserError.exit_code  # 2
-EXIT_ENGINE = 3
+EXIT_ENGINE = EngineFailed.exit_code  # 3
 EXIT_MODEL_CHANGED = 4  # a model file truncated or replaced under the running engine (harness.engine.io.lazymap)
 
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             argv = hub
             _reexec_with_shim(argv)
         return run(argv)
-    except BmoeError as e:  # a user error (EXIT_USER); the engine raises no other kind
+    except BmoeError as e:  # a user error (EXIT_USER), an engine failure (EXIT_ENGINE): the engine raises no other kind
         _err(str(e))
         return e.exit_code
     except KeyboardInterrupt:
@@ -251,13 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
-    except Exception as e:  # an engine failure: still one line, and a distinct status
-        from harness.engine.run.session import EngineError
-        from harness.engine.stream.hook import HookError
-
-        if isinstance(e, (EngineError, HookError)):
-            _err(str(e))
-            return EXIT_ENGINE
+    except Exception as e:  # a bug: still one line, and the engine failure's status
         if os.environ.get("BMOE_DEBUG"):
             raise
         _err(f"internal error: {type(e).__name__}: {e} (rerun with BMOE_DEBUG=1 for a traceback)")

@@ -23,15 +23,15 @@ from harness.engine.io.dense import DenseWeights
 from harness.engine.model.gguf_layout import ModelLayout
 from harness.engine.model.prompt import build_prompt
 from harness.engine.stream.hook import StreamHook
-from harness.errors import UserError
+from harness.errors import EngineFailed, UserError
 from harness.formats.metrics_csv import UNMEASURED
 from harness.formats.partial_import import submodule_alone
 
 MIB = 1048576
 
 
-class EngineError(RuntimeError):
-    """A failure inside the engine (not the user's input)."""
+class EngineError(EngineFailed, RuntimeError):
+    """A failure inside the engine (not the user's input): exit 3."""
 
 
 @dataclass(frozen=True)

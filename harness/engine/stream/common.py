@@ -11,6 +11,7 @@ import numpy as np
 
 from harness.engine.io.vm import Reservation
 from harness.engine.model.gguf_layout import ExpertTensor
+from harness.errors import EngineFailed
 
 # tap(layer, phase, decode_index, hidden float32 [n_tok, n_embd]): a layer's MoE input, at its first expert matmul
 Tap = Callable[[int, int, int, np.ndarray], None]
@@ -68,5 +69,5 @@ def settle(c: TokenCounters, t0: int, c0: int) -> int:
 HIDDEN_WAIT_NS = 50_000  # a wait this long means the reads were still running: the mgmt before it was hidden
 
 
-class HookError(RuntimeError):
-    pass
+class HookError(EngineFailed, RuntimeError):
+    """The streaming hook failed (a read, a bind, an unexpected graph): exit 3."""
