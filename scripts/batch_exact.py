@@ -18,7 +18,8 @@ from harness.engine.compose import open_engine
 from harness.engine.config import parse_cli
 from harness.engine.diag.batch_exact import NodeDump, Probe
 from harness.engine.model.gguf_layout import load_layout
-from harness.engine.run.session import Session
+from harness.engine.run.parts import Parts
+from harness.engine.run.session import LoadedModel, Session
 
 PROMPTS = ["1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3 4 5 6 7 8 9 10 1 2 3",
            "The quick brown fox jumps over the lazy dog.", "a a a a a a a a"]
@@ -48,7 +49,8 @@ def main(argv: list[str]) -> int:
         eng = open_engine(cfg, sys.stdout)
         sess = eng.session
     else:
-        sess = Session(cfg, load_layout(cfg.model), (lambda: dump) if dump else (lambda: None))
+        # the wiring order (harness.engine.compose): the model, the parts (here only the node dump), the session
+        sess = Session(LoadedModel(cfg, load_layout(cfg.model)), Parts(hook=dump))  # type: ignore[arg-type]
     bad = 0
     try:
         probe = Probe(sess, dump)

@@ -1,10 +1,22 @@
 """The engine's composition root: from a validated config to a wired run.
 
 It decides the expert source (resident: the plain mmap run, no hook; streamed: cache, reader lanes and the
-hook; replayed: the hook forces a recorded routing, streamed or not), plans the cache budget before the
-model loads, builds the parts in order, and attaches the telemetry sinks (metrics CSV, route trace, stdout
-text or progress lines). The session does only llama.cpp and the token loop; the CLI only parses, calls
-`open_engine`, and prints.
+hook; replayed: the hook forces a recorded routing, streamed or not) and attaches the telemetry sinks (metrics CSV,
+route trace, I/O and compute traces, stdout text or progress lines). The CLI only parses, calls `open_engine`, and
+prints; the session does only llama.cpp.
+
+The wiring order, declared here only (docs/architecture.md draws it):
+
+1. the checks that need only the file's header (the layout, the config against it, the context) and the cache
+   plan, so that a refusal comes before the slow load; `Parts` holds the dense weights and the plan;
+2. the model loaded into llama.cpp with no context (`LoadedModel`, harness.engine.run.llama_model); its load
+   time and reads are measured alone;
+3. the streaming parts built into `Parts` (`_stream_parts`): the dense weights' sweep or anonymous copies (after
+   the load, so that they are not the load's reads), then the expert cache, the reader and its lanes, the page
+   pool, prefetch, drop, replay and route-ahead, and the hook over them. `Parts` alone owns them (it closes them);
+4. the `Session` made over the loaded model and handed `Parts`: its llama.cpp context with `parts.hook` as the
+   eval callback, fixed per context, so the hook exists before the context and after the model;
+5. the `Engine` over the session (its `parts` are the session's), the cgroup fit checked and the sinks opened.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from harness.engine.io.tracing import Tracing
 from harness.engine.model.gguf_layout import ModelLayout, load_layout
 from harness.engine.run.context_fit import check_context
 from harness.engine.run.engine import Engine, Parts
+from harness.engine.run.llama_model import LoadedModel
 from harness.engine.run.paths import check_input_files, check_model_file, check_output_paths
 from harness.engine.run.session import Session
 from harness.engine.run.sinks import CsvSink, RouteTraceSink, TextSink, TraceSink, guarded
@@ -42,10 +55,10 @@ ReaderWrapper = Callable[[SliceReader, ModelLayout], ExpertReader]
 
 def _stream_parts(cfg: EngineConfig, layout: ModelLayout, k: int, parts: Parts, *, use_c_filter: bool,
                   wrap_reader: ReaderWrapper | None) -> StreamHook | None:
-    """Build the expert source once the model is loaded: the hook (with cache and reader when streamed,
-    with the replay when routing is replayed, with the dense weights' anonymous copies under
-    `--dense-weights anon`), or None for the resident run. Fills `parts` as it goes, so that whatever was
-    built is closed even if a later step fails."""
+    """Step 3 of the wiring order, once the model is loaded and before the session: the expert source, the hook (with
+    cache and reader when streamed, with the replay when routing is replayed, with the dense weights' anonymous
+    copies under `--dense-weights anon`), or None for the resident run. Fills `parts` as it goes, so that whatever
+    was built is closed even if a later step fails."""
     assert parts.dense is not None
     parts.dense.after_load()  # warm: the sweep; anon: the reads into anonymous memory
     anon = parts.dense.anon
@@ -191,7 +204,7 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
         if layout.arch in NOT_MODELLED:
             raise UserError(f"--route-ahead: {cfg.model} is {layout.arch}: {NOT_MODELLED[layout.arch]}; "
                             "drop --route-ahead")
-    k = cfg.n_expert_used or layout.n_expert_used
+    k = cfg.n_expert_used or layout.n_expert_used  # 1. the checks above, the plan below: before the slow load
     parts = Parts(dense=DenseWeights(effective_mode(cfg.dense_weights, cfg.moe_stream), layout, odirect=cfg.odirect,
                                      lanes=cfg.io_threads, sample_every=sample_every(layout), wrap_reader=wrap_reader))
     if cfg.moe_stream:
@@ -211,13 +224,17 @@ def open_engine(cfg: EngineConfig, out: TextIO, *, use_c_filter: bool = True,
         if cfg.prefetch >= len(layout.by_layer):
             raise UserError(f"--prefetch {cfg.prefetch}: {cfg.model} has {len(layout.by_layer)} MoE layers; "
                             f"give at most {len(layout.by_layer) - 1}")
+    loaded = None
     try:
-        session = Session(cfg, layout, lambda: _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter,
-                                                             wrap_reader=wrap_reader), dense=parts.dense)
+        loaded = LoadedModel(cfg, layout)  # 2. the model, no context
+        _stream_parts(cfg, layout, k, parts, use_c_filter=use_c_filter, wrap_reader=wrap_reader)  # 3. the parts
+        session = Session(loaded, parts)  # 4. the context, parts.hook its eval callback (closes `loaded` if it fails)
     except BaseException:
+        if loaded is not None:
+            loaded.close()
         parts.close()
         raise
-    eng = Engine(cfg, layout, k, session, parts)
+    eng = Engine(cfg, layout, k, session)  # 5.
     try:
         _check_cap(eng)
         _open_sinks(eng, out)

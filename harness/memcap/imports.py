@@ -26,7 +26,7 @@ from harness.memcap.smaps import parse_kv_kb
 DEFAULT = ("numpy", "llama_cpp", "gguf", "jinja2", "pydantic", "pandas", "rich", "typer", "yaml")
 # what harness.engine.cli.run imports for a plain streamed run (the session's llama_cpp.llama_cpp included, imported as
 # the session does: `alone:` = harness.formats.partial_import.submodule_alone, without the package's __init__)
-ENGINE = ("harness.engine.cli", "harness.engine.serve.subcommands", "harness.engine.compose",
+ENGINE = ("harness.engine.cli", "harness.engine.config", "harness.engine.compose",
           "harness.engine.io.lazymap", "harness.engine.io.faults", "alone:llama_cpp.llama_cpp")
 MIB = 1 << 20
 

@@ -98,7 +98,13 @@ def drive(w: Workload, policy: str, budget_bytes: int) -> tuple[float, str]:
 def _worker(args: list[str]) -> None:
     """--worker WORKLOAD BUDGET_MIB POLICY...: one JSON line per policy."""
     name, budget_mib, policies = args[0], int(args[1]), args[2:]
+    import os
+
     import harness
+    from harness.engine.cache.policies import native
+
+    if hasattr(native, "use_reference"):  # a checkout whose engine reads no environment: its command line's job
+        native.use_reference(os.environ.get("BMOE_PURE_PYTHON_POLICIES", "") not in ("", "0"))
 
     w = workload(name)
     for p in policies:

@@ -28,7 +28,7 @@ def test_every_policy_decides_as_before(name: str, impl: str, monkeypatch: pytes
 
     if impl == "compiled" and native._compiled is None:
         pytest.skip("the compiled helper is not built (harness/engine/native/_policyc)")
-    monkeypatch.setenv(native.ENV, "1" if impl == "numpy" else "0")
+    monkeypatch.setattr(native, "_reference", impl == "numpy")
     w = workload(name)
     wrong = [f"{name}/{p}/{b}" for b in DIGEST_GRID[name] for p in ONLINE
              if drive(w, p, b * MIB)[1] != PINNED[f"{name}/{p}/{b}"]]

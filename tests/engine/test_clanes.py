@@ -1,7 +1,7 @@
 """The compiled read lanes (harness.engine.io.clanes) against the Python ones, with real files and real reads: the
 bytes that land are the file's and the same on both, buffered and O_DIRECT (and O_DIRECT's EINVAL fallback);
 a batch is one handle summing its reads; a failed read is the same one-line error on both; the io-trace times
-and lanes come back; BMOE_PURE_PYTHON_LANES=1 selects the Python lanes."""
+and lanes come back; clanes.use_python (the CLI's BMOE_PURE_PYTHON_LANES=1) selects the Python lanes."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_the_bytes_that_land_are_the_files_on_both_implementations(blob, impl, o
 def test_one_call_of_several_groups_wakes_every_lane_in_turn(blob, monkeypatch):
     """submit_groups wakes one lane and each lane that takes a job wakes the next: four one-job groups in one
     call occupy all four lanes at once (with one wake-up and no chaining only one lane would ever run)."""
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    monkeypatch.setattr(clanes, "_python", False)
     if clanes.load() is None:
         pytest.fail("the compiled read lanes (_clanes*.so) are not built")
     r = SliceReader([blob], 4, odirect=False)
@@ -96,7 +96,7 @@ def test_one_call_of_several_groups_wakes_every_lane_in_turn(blob, monkeypatch):
 def test_both_implementations_give_identical_bytes_and_counts(blob, monkeypatch):
     out = {}
     for impl in ("1", "0"):
-        monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", impl)
+        monkeypatch.setattr(clanes, "_python", impl == "1")
         for odirect in (False, True):
             data, got, r = _read_all(blob, odirect, batched=True)
             out[(impl, odirect)] = (data, got)
@@ -124,7 +124,7 @@ def test_odirect_einval_falls_back_to_buffered_reads_with_one_note(blob, impl):
 def test_a_failed_read_is_the_same_one_line_error_on_both(blob, monkeypatch):
     msgs = {}
     for impl in ("1", "0"):
-        monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", impl)
+        monkeypatch.setattr(clanes, "_python", impl == "1")
         r = SliceReader([blob], 1, odirect=False)
         buf = ctypes.create_string_buffer(64)
         try:
@@ -172,9 +172,9 @@ def test_a_batch_is_one_handle_summing_its_reads_and_traced_reads_come_back(blob
 
 
 def test_the_environment_switch_selects_the_python_lanes(blob, monkeypatch):
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "1")
+    monkeypatch.setattr(clanes, "_python", True)
     assert clanes.load() is None
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    monkeypatch.setattr(clanes, "_python", False)
     assert clanes.load() is not None  # built in this checkout: the compiled lanes are the default
 
 
@@ -237,7 +237,7 @@ def test_registered_tensors_read_the_same_bytes_to_the_same_addresses(blob, impl
 def test_registered_reads_queue_in_submit_groups_order(blob, monkeypatch):
     """On the compiled lanes bmoe_lanes_submit_layer queues the same groups and reads in the same order as
     bmoe_lanes_submit_groups: one lane held while both are queued, then each read's start time and size."""
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    monkeypatch.setattr(clanes, "_python", False)
     if clanes.load() is None:
         pytest.fail("the compiled read lanes (_clanes*.so) are not built")
     res = [Reservation(n * NB2, off) for off, n in TENSORS]
@@ -276,7 +276,7 @@ def test_registered_reads_queue_in_submit_groups_order(blob, monkeypatch):
 def test_a_library_without_the_layer_call_and_an_unknown_id(blob, monkeypatch):
     """A built library older than the layer call (a stale build): submit_registered reads the same bytes
     through submit_groups. An id never registered is an error, not a read."""
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "0")
+    monkeypatch.setattr(clanes, "_python", False)
     if clanes.load() is None:
         pytest.fail("the compiled read lanes (_clanes*.so) are not built")
     want = _layer_reads(blob, False, False, [3, 1])

@@ -43,7 +43,7 @@ def test_markov_duel_scores_are_numpys_bits(monkeypatch: pytest.MonkeyPatch) -> 
     w = bk.workload("qwen")
     caches = {}
     for impl, env in (("numpy", "1"), ("compiled", "0")):
-        monkeypatch.setenv(native.ENV, env)
+        monkeypatch.setattr(native, "_reference", env == "1")
         caches[impl] = ExpertCache(2000 * bk.MIB, w.expert_bytes, "markov-duel", n_expert=w.n_expert)
     assert caches["compiled"].policy._c is not None and caches["numpy"].policy._c is None
     compared = 0
@@ -73,7 +73,7 @@ def test_the_compiled_lookup_and_evict_loops_are_the_reference(budget: int, monk
     batches = [(s % 3, [int(e) for e in rng.integers(0, 12, 9 if s < 3 else 3)]) for s in range(300)]
     runs = {}
     for impl, env in (("numpy", "1"), ("compiled", "0")):
-        monkeypatch.setenv(native.ENV, env)
+        monkeypatch.setattr(native, "_reference", env == "1")
         for policy in ("lru", "layer-lfu", "aged-markov", "markov-duel"):
             cache = ExpertCache(budget, [100, 50, 100], policy, n_expert=12)
             assert (cache._lookup is None) == (impl == "numpy")

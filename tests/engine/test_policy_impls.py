@@ -19,7 +19,7 @@ def use(impl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Select an implementation for the policies bound from now on."""
     if impl == "compiled" and native._compiled is None:
         pytest.skip("the compiled helper is not built (harness/engine/native/_policyc)")
-    monkeypatch.setenv(native.ENV, "1" if impl == "numpy" else "0")
+    monkeypatch.setattr(native, "_reference", impl == "numpy")
     assert native.implementation() == impl
 
 

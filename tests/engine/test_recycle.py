@@ -188,7 +188,7 @@ def test_the_read_lanes_attach_before_they_read(model, monkeypatch, lanes, kind)
     read into a registered reservation; evictions release through the pool; every byte is the file's."""
     path, data = model
     monkeypatch.setattr(clanes, "_lib", False)
-    monkeypatch.setenv("BMOE_PURE_PYTHON_LANES", "1" if lanes == "python" else "0")
+    monkeypatch.setattr(clanes, "_python", lanes == "python")
     r = SliceReader([path], 3, odirect=False)
     assert r.lanes_impl == lanes
     try:

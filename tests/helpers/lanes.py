@@ -1,6 +1,6 @@
 """Helpers for tests that run on both read-lane implementations: the Python lanes (harness.engine.io.lanes) and the
-compiled ones (harness.engine.io.clanes), chosen as the engine chooses them, by BMOE_PURE_PYTHON_LANES (the `impl`
-fixture in tests/engine/conftest.py)."""
+compiled ones (harness.engine.io.clanes), chosen as the engine chooses them, by clanes.use_python (the CLI's
+BMOE_PURE_PYTHON_LANES; the `impl` fixture in tests/engine/conftest.py)."""
 
 from __future__ import annotations
 

@@ -9,17 +9,18 @@ import json
 
 import pytest
 
+from harness.engine.cli import split
 from harness.engine.serve.guard import Guard, door_of, host_name, is_loopback
-from harness.engine.serve.subcommands import ServeFlags, split
+from harness.engine.serve.subcommands import ServeFlags
 from harness.errors import UserError
 
 
 def test_defaults_and_the_key_from_the_environment():
-    _, rest, f = split(["serve", "-m", "x.gguf"], env={})
+    _, rest, f = split(["serve", "-m", "x.gguf"])
     assert rest == ["-m", "x.gguf"] and f == ServeFlags() and f.max_body_kb == 1024 and f.api_key == ""
-    assert split(["serve"], env={"BMOE_API_KEY": "k1"})[2].api_key == "k1"
-    assert split(["serve", "--api-key", "k2"], env={"BMOE_API_KEY": "k1"})[2].api_key == "k2"  # the flag wins
-    f = split(["serve", "--max-body-kb", "64", "--allow-host", "a.test", "--allow-host", "b.test"], env={})[2]
+    assert split(["serve"], api_key="k1")[2].api_key == "k1"
+    assert split(["serve", "--api-key", "k2"], api_key="k1")[2].api_key == "k2"  # the flag wins
+    f = split(["serve", "--max-body-kb", "64", "--allow-host", "a.test", "--allow-host", "b.test"])[2]
     assert f.max_body_kb == 64 and f.allow_hosts == ("a.test", "b.test")
 
 
@@ -31,7 +32,7 @@ def test_defaults_and_the_key_from_the_environment():
 ])
 def test_bad_flags_are_one_line(argv, says):
     with pytest.raises(UserError, match=says):
-        split(["serve", *argv], env={})
+        split(["serve", *argv])
 
 
 def test_host_names_and_the_allow_list():

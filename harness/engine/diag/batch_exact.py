@@ -54,6 +54,9 @@ class NodeDump:
     def raise_if_failed(self) -> None:
         pass
 
+    def close(self) -> None:  # the hook interface (Parts.close)
+        pass
+
     def _cb(self, t, ask, _ud) -> bool:
         if ask:
             return self.on

@@ -16,7 +16,6 @@ one-line message. `BMOE_PURE_PYTHON_LANES=1`, or a build without the library, se
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError
@@ -69,12 +68,21 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
 
 
 _lib: ctypes.CDLL | None | bool = False  # False: not looked for yet
+_python = False  # use_python(True): the Python lanes even where the library is built
+
+
+def use_python(on: bool) -> bool:
+    """Force the Python lanes (on) or let the built library be used (off, the default): set by the CLI from
+    BMOE_PURE_PYTHON_LANES=1, by a test directly. Returns the setting it replaced."""
+    global _python
+    old, _python = _python, on
+    return old
 
 
 def load() -> ctypes.CDLL | None:
-    """The built library, or None (not built, too old, or BMOE_PURE_PYTHON_LANES=1)."""
+    """The built library, or None (not built, too old, or the Python lanes forced: `use_python`)."""
     global _lib
-    if os.environ.get("BMOE_PURE_PYTHON_LANES") == "1":
+    if _python:
         return None
     if _lib is False:
         path = native.library("clanes")

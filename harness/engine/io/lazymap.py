@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,15 +64,15 @@ def reexec_env(environ: Mapping[str, str]) -> dict[str, str] | None:
     return env
 
 
-def restore_preload_env() -> None:
+def restore_preload_env(environ: MutableMapping[str, str]) -> None:
     """After the re-exec: give children the LD_PRELOAD this process was started with (the shim is already
-    loaded here; children need not carry it)."""
-    if GUARD_ENV in os.environ:
-        old = os.environ[GUARD_ENV]
+    loaded here; children need not carry it). `environ`: the process's environment, given by the CLI."""
+    if GUARD_ENV in environ:
+        old = environ[GUARD_ENV]
         if old:
-            os.environ["LD_PRELOAD"] = old
+            environ["LD_PRELOAD"] = old
         else:
-            os.environ.pop("LD_PRELOAD", None)
+            environ.pop("LD_PRELOAD", None)
 
 
 def file_ids(paths: list[Path]) -> str:
@@ -128,7 +128,7 @@ def unpopulated(paths: list[Path], want_populate: bool) -> Iterator[list[LoadMod
         out.append(LoadMode(True, "mmap shim not preloaded (engine run in-process, not by the bmoe command): "
                                   "llama.cpp's MAP_POPULATE"))
         return
-    os.environ[FILES_ENV] = file_ids(paths)
+    os.environ[FILES_ENV] = file_ids(paths)  # written for the shim, which reads it during the load (no setting)
     try:
         yield out
     finally:

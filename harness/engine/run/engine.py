@@ -55,11 +55,15 @@ class Engine:
     cfg: EngineConfig
     layout: ModelLayout
     k: int  # experts per token requested (the override, or the model's own)
-    session: Session
-    parts: Parts
+    session: Session  # over the streaming parts (`parts`), which were built before it
     sinks: list[Sink] = field(default_factory=list)
     pressure: Pressure | None = None  # the last run's memory-pressure totals
     load_warnings: list[str] = field(default_factory=list)  # found at load (a forced cache over the cgroup limit)
+
+    @property
+    def parts(self) -> Parts:
+        """The streaming parts (reader, cache, hook, dense weights): their one owner, handed to the session."""
+        return self.session.parts
 
     def notes(self) -> list[str]:
         """What the run is about to do, for stderr."""
@@ -101,7 +105,7 @@ class Engine:
         if len(prompt) + cfg.n_predict > cfg.ctx:
             raise UserError(f"prompt ({len(prompt)} tokens) + -n {cfg.n_predict} exceeds the context -c {cfg.ctx}; "
                             "raise -c or lower -n")
-        loop = TokenLoop(sess, self.parts, Sampling.of(cfg), prompt, turn=turn)
+        loop = TokenLoop(sess, Sampling.of(cfg), prompt, turn=turn)
         rows = loop.rows()
         out = bytearray()
         try:
@@ -120,7 +124,7 @@ class Engine:
         summary = loop.finish_summary()
         for s in self.sinks:
             s.finish(summary)
-        hook = sess.hook
+        hook = self.parts.hook
         res = RunResult(tokens=loop.tokens, summary=summary, k_effective=hook.k_effective if hook else None,
                         eog=loop.finish == "stop", prompt_tokens=prompt)
         return res, bytes(out)

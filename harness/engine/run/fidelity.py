@@ -98,7 +98,7 @@ class _Routes:
     """--route-trace in a scoring run: after each decode, the hook's routing decisions to the trace (chunk = turn)."""
 
     def __init__(self, engine: Engine):
-        hook = engine.session.hook
+        hook = engine.parts.hook
         sink = next((x for x in engine.sinks if isinstance(x, RouteTraceSink)), None)
         self.hook, self.writer = (hook, sink.writer) if hook is not None and sink is not None else (None, None)
 
@@ -115,7 +115,7 @@ def _chunks(engine: Engine, tokens: np.ndarray, first: int, bos: int, timing: li
     """(chunk index, logits of its positions first .. ctx-2) for each chunk, decoded in one batch or (`decode`) one
     token at a time; timing gets [decode_s, read_bytes]."""
     sess = engine.session
-    hook = sess.hook
+    hook = engine.parts.hook
     routes = _Routes(engine)
     n = scored_per_chunk(tokens.shape[1], first)
     for c, row in enumerate(tokens):
@@ -150,7 +150,7 @@ def _chunks(engine: Engine, tokens: np.ndarray, first: int, bos: int, timing: li
 
 
 def _drops(engine: Engine) -> list[int] | None:
-    hook = engine.session.hook
+    hook = engine.parts.hook
     return list(hook.drop_totals) if hook is not None and hook.drop is not None else None
 
 
@@ -184,7 +184,8 @@ def score_ref(engine: Engine, out: str, top_k: int) -> FidelityRun:
     w.close()
     n = tokens.shape[0] * scored_per_chunk(ctx, first)
     return FidelityRun(n, int(tokens.shape[0]), ctx, timing[0], time.perf_counter() - t0,
-                       timing[1] / MIB if sess.hook else None, header["top_k"], kld.covered(np.concatenate(tails)),
+                       timing[1] / MIB if engine.parts.hook else None, header["top_k"],
+                       kld.covered(np.concatenate(tails)),
                        np.concatenate(lps), np.concatenate(hits), cfg.fidelity_decode, drops=_drops(engine))
 
 
@@ -236,6 +237,6 @@ def score_against(engine: Engine, ref_path: str, csv_path: str | None) -> Fideli
                          for f in ("kld", "same_top", "dp", "run_top", "next_lp")))
     n_chunk = int(ref.tokens.shape[0])
     hits = allp.run_top == ref.tokens[:, first + 1:].reshape(-1)
-    return FidelityRun(len(allp.kld), n_chunk, ctx, timing[0], total, timing[1] / MIB if sess.hook else None,
+    return FidelityRun(len(allp.kld), n_chunk, ctx, timing[0], total, timing[1] / MIB if engine.parts.hook else None,
                        int(ref.header["top_k"]), kld.covered(ref.rows["tail_lp"]), allp.next_lp, hits,
                        cfg.fidelity_decode, kld.summarize(allp), _drops(engine))

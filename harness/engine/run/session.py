@@ -1,8 +1,8 @@
-"""The llama.cpp adapter: load the model, install the eval callback it is given, make the context; then, for
-whoever drives tokens (harness.engine.run.token_loop, harness.engine.diag.batch_exact), a public surface over
-llama.cpp: tokenize, decode, logits, sample (`Sampler`, the one sampler chain), end of generation, forget the
-KV cache's entries. No flag parsing (config), no wiring of parts (compose.py), no rows or summaries (token_loop),
-no printing (cli.py)."""
+"""The llama.cpp adapter: the context over a model loaded before it (harness.engine.run.llama_model), with the eval
+callback of the parts built between the two (harness.engine.compose's order); then, for whoever drives tokens
+(harness.engine.run.token_loop, harness.engine.diag.batch_exact), a public surface over llama.cpp: tokenize, decode,
+logits, sample (`Sampler`, the one sampler chain), end of generation, forget the KV cache's entries. No flag parsing
+(cli.py), no wiring of parts (compose.py), no rows or summaries (token_loop), no printing (cli.py)."""
 
 from __future__ import annotations
 
@@ -10,28 +10,20 @@ import ctypes
 import os
 import re
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
 from harness.engine.config import EngineConfig
 from harness.engine.guess.mtp import MtpDrafter
-from harness.engine.io import lazymap, sysstats
-from harness.engine.io.dense import DenseWeights
-from harness.engine.model.gguf_layout import ModelLayout
+from harness.engine.io import sysstats
 from harness.engine.model.prompt import build_prompt
-from harness.engine.stream.hook import StreamHook
-from harness.errors import EngineFailed, UserError
-from harness.formats.metrics_csv import UNMEASURED
-from harness.formats.partial_import import submodule_alone
+from harness.engine.run.llama_model import EngineError, LoadedModel, last_log, log_lines
+from harness.engine.run.parts import Parts
+
+__all__ = ["EngineError", "LoadedModel", "Sampler", "Sampling", "Session"]  # EngineError: where it was first declared
 
 MIB = 1048576
-
-
-class EngineError(EngineFailed, RuntimeError):
-    """A failure inside the engine (not the user's input): exit 3."""
 
 
 @dataclass(frozen=True)
@@ -52,22 +44,6 @@ class Sampling:
         return replace(base, **{k: v for k, v in over.items() if v is not None})
 
 
-# llama.cpp's log lines, the last 50 (for a failed load's message). The callback is made once and kept for the
-# process's life: llama.cpp keeps the pointer after a session closes, and a freed one crashes the next load in
-# this process (an in-process llama-cpp-python Llama after a Session did: tests/gates/test_bailingmoe3.py)
-_LOG_LINES: deque[str] = deque(maxlen=50)
-_LOG_CB = None
-
-
-def _on_log(level, text, _ud) -> None:
-    try:
-        s = text.decode("utf-8", "replace").strip()
-        if s:
-            _LOG_LINES.append(s)
-    except Exception:  # noqa: BLE001 - never raise into C
-        pass
-
-
 _COMPUTE_BUF_RE = re.compile(r"compute buffer size\s*=\s*([0-9.]+) MiB")
 
 
@@ -77,13 +53,6 @@ def compute_buffer_bytes(lines) -> int | None:
     it yet); None when the log does not say."""
     sizes = [float(m.group(1)) for s in lines if (m := _COMPUTE_BUF_RE.search(s))]
     return int(sum(sizes) * 1048576) if sizes else None
-
-
-def _log_callback(L):
-    global _LOG_CB
-    if _LOG_CB is None:
-        _LOG_CB = L.llama_log_callback(_on_log)
-    return _LOG_CB
 
 
 class Sampler:
@@ -111,91 +80,28 @@ class Sampler:
             self.chain = None
 
 
-@dataclass(frozen=True)
-class LoadFacts:
-    """What `llama_model_load_from_file` cost: bytes this process read from storage meanwhile (/proc/self/io
-    read_bytes; page-cache hits are not reads; -1 where unreadable), its wall time, and how the file was mapped."""
-
-    read_bytes: int
-    seconds: float
-    mode: lazymap.LoadMode
-
-    def preamble(self) -> dict[str, object]:
-        return {"load_read_bytes": self.read_bytes, "load_model_ms": round(self.seconds * 1e3, 3),
-                "load_populate": int(self.mode.populate), "load_populate_note": self.mode.note}
-
-
 class Session:
-    """`make_hook` is called after the model is loaded and before the context is made (the eval callback is
-    fixed per context); it returns the hook to install, or None for the plain mmap run. `dense` measures the
-    dense weights' resident fraction per token."""
+    """The context over a loaded model (`loaded`, which it owns from now on), with the streaming parts' hook as its
+    eval callback (`parts.hook`; None: the plain mmap run). The parts are built before it (harness.engine.compose's
+    order) and stay theirs: the session reads `parts.hook` and `parts.dense` (the dense weights' resident fraction
+    per token) and closes neither."""
 
-    def __init__(self, cfg: EngineConfig, layout: ModelLayout,
-                 make_hook: Callable[[], StreamHook | None] = lambda: None, dense: DenseWeights | None = None):
-        L = submodule_alone("llama_cpp.llama_cpp")  # the ctypes bindings, without the package's __init__
-
-        self.L = L
-        self.cfg = cfg
-        self.layout = layout
-        self.hook: StreamHook | None = None
+    def __init__(self, loaded: LoadedModel, parts: Parts):
+        self.L, self.cfg, self.layout = loaded.L, loaded.cfg, loaded.layout
+        self.loaded, self.parts = loaded, parts
+        self.model, self.vocab, self.load, self.prompt = loaded.model, loaded.vocab, loaded.load, loaded.prompt
         self.mtp: MtpDrafter | None = None  # --mtp: the MTP head's drafter
-        self.dense = dense
         self.psi_path, self.psi_source = sysstats.psi_memory_path()  # mem_stall_ms per token
-        self._log = _LOG_LINES
-        self._log.clear()
-        # from the file's header, before the slow load: a template that cannot do what was asked is refused now
-        self.prompt = build_prompt(cfg.model, layout.chat_template, cfg.prompt, chatml=cfg.chatml,
-                                   no_think=cfg.no_think)
-        L.llama_log_set(_log_callback(L), ctypes.c_void_p(0))
-        L.llama_backend_init()
-        t0 = time.perf_counter()
         try:
-            self._load_model()
-            self.hook = make_hook()
             self._make_context()
         except BaseException:
             self.close()
             raise
-        self.load_s = time.perf_counter() - t0
+        self.load_s = time.perf_counter() - loaded.t0  # the load, the parts built after it, this context
 
     # -- llama.cpp plumbing -----------------------------------------------------------------------
     def last_log(self) -> str:
-        for s in reversed(self._log):
-            if "error" in s.lower() or "failed" in s.lower():
-                return s
-        return self._log[-1] if self._log else ""
-
-    def _load_model(self) -> None:
-        L = self.L
-        mp = L.llama_model_default_params()
-        mp.load_mode = 1  # LLAMA_LOAD_MODE_MMAP
-        mp.lazy_mode = 0  # LLAMA_LAZY_MODE_OFF: expert tensors must be plain CPU tensors we can rebind
-        mp.use_extra_bufts = False  # repacked Q4_0/Q4_K layouts would break rebinding (non-finite logits)
-        mp.check_tensors = False  # validation would read every tensor, experts included, through the mapping
-        mp.n_gpu_layers = 0
-        mp.load_mtp = self.cfg.mtp  # the nextn (MTP) block's tensors, for harness.engine.guess.mtp
-        self._kv = None
-        if self.cfg.n_expert_used:
-            arr = (L.llama_model_kv_override * 2)()
-            arr[0].tag = L.LLAMA_KV_OVERRIDE_TYPE_INT
-            arr[0].key = f"{self.layout.arch}.expert_used_count".encode()
-            arr[0].value.val_i64 = self.cfg.n_expert_used
-            arr[1].key = b""
-            self._kv = arr  # must stay alive during load
-            mp.kv_overrides = ctypes.cast(arr, ctypes.POINTER(L.llama_model_kv_override))
-        io0, t0 = sysstats.proc_io_read_bytes(), time.perf_counter()
-        with lazymap.unpopulated(list(self.layout.shards),
-                                 lazymap.wants_populate(self.cfg.load_populate, self.cfg.moe_stream)) as mode:
-            self.model = L.llama_model_load_from_file(str(self.layout.shards[0]).encode(), mp)
-        io1 = sysstats.proc_io_read_bytes()
-        self.load = LoadFacts(io1 - io0 if io0 >= 0 and io1 >= 0 else UNMEASURED, time.perf_counter() - t0, mode[0])
-        if not self.model:
-            raise EngineError(f"llama.cpp could not load {self.cfg.model}: {self.last_log()}")
-        self.vocab = L.llama_model_get_vocab(self.model)
-        guess = "--ngram" if self.cfg.ngram else "--mtp" if self.cfg.mtp else ""
-        if guess and (L.llama_model_is_recurrent(self.model) or L.llama_model_is_hybrid(self.model)):
-            raise UserError(f"{guess}: {self.cfg.model} keeps a recurrent state, which cannot drop rejected "
-                            f"guesses; drop {guess}")
+        return last_log()
 
     def _make_context(self) -> None:
         L = self.L
@@ -214,13 +120,14 @@ class Session:
         threads = self.cfg.threads or len(os.sched_getaffinity(0))
         cp.n_threads = threads
         cp.n_threads_batch = threads
-        if self.hook is not None:
-            cp.cb_eval = self.hook.cfunc
-            cp.cb_eval_user_data = self.hook.user_data
+        hook = self.parts.hook
+        if hook is not None:
+            cp.cb_eval = hook.cfunc
+            cp.cb_eval_user_data = hook.user_data
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             raise EngineError(f"llama.cpp could not create a context: {self.last_log()}")
-        self.compute_buffer_bytes = compute_buffer_bytes(self._log)
+        self.compute_buffer_bytes = compute_buffer_bytes(log_lines())
         if self.cfg.mtp:
             self.mtp = MtpDrafter(L, self.model, self.ctx, self.cfg.ctx, threads, self.last_log)
 
@@ -232,9 +139,8 @@ class Session:
         if getattr(self, "ctx", None):
             L.llama_free(self.ctx)
             self.ctx = None
-        if getattr(self, "model", None):
-            L.llama_model_free(self.model)
-            self.model = None
+        self.loaded.close()
+        self.model = None
 
     # -- text ----------------------------------------------------------------------------------------
     def prompt_text(self) -> str:
@@ -306,15 +212,16 @@ class Session:
             lo = 0 if all_logits else logits_from
             out = (ctypes.c_int8 * len(toks))(*([0] * lo + [1] * (len(toks) - lo)))
             batch.logits = ctypes.cast(out, ctypes.POINTER(ctypes.c_int8))
-        tr = self.hook.tracing if self.hook is not None else None
+        hook = self.parts.hook
+        tr = hook.tracing if hook is not None else None
         if tr is not None:
             tr.decode_begin()
         pos0 = L.llama_memory_seq_pos_max(L.llama_get_memory(self.ctx), 0) + 1 if self.mtp else 0
         rc = L.llama_decode(self.ctx, batch)
         if tr is not None:
             tr.decode_end()
-        if self.hook is not None:
-            self.hook.raise_if_failed()
+        if hook is not None:
+            hook.raise_if_failed()
         if rc != 0:
             raise EngineError(f"llama_decode returned {rc}: {self.last_log()}")
         if self.mtp:

@@ -10,7 +10,7 @@ position; the guesses that equal the greedy token at their position are kept, th
 after them, and the rejected guesses' keys and values are removed from the KV cache. A batch that kept m guesses
 yields m + 1 rows: its wall time, reads and counters are shared evenly among them (sums stay exact), and its
 first row carries `draft_proposed` and `draft_accepted`. An MTP draft's time and reads are the group's too:
-added to its wall time and read bytes. `finish()` completes the summary with the run's totals.
+added to its wall time and read bytes. `finish_summary()` completes the summary with the run's totals.
 
 Every generation runs under one garbage-collector policy (`collection_paused`).
 """
@@ -71,9 +71,10 @@ class TokenLoop:
     closed: `finish` is "stop" (end of generation), "length" (n_predict) or "cancelled"; `tokens` holds the tokens
     handed out; `finish_summary()` gives the complete summary."""
 
-    def __init__(self, sess: Session, parts: Parts, sp: Sampling, prompt: list[int], *, turn: int = 0,
+    def __init__(self, sess: Session, sp: Sampling, prompt: list[int], *, turn: int = 0,
                  reused: int | None = None, cancel: Callable[[], bool] = lambda: False):
-        self.sess, self.parts, self.sp = sess, parts, sp
+        self.sess, self.sp = sess, sp
+        self.parts: Parts = sess.parts  # the streaming parts, the hook among them (their one owner)
         self.prompt, self.reused, self.turn = prompt, reused, turn
         self.n_predict = sp.n_predict
         self.cancel = cancel
@@ -114,7 +115,7 @@ class TokenLoop:
         self.history.clear()
 
     def _prefill(self) -> None:
-        sess, s, hook = self.sess, self.summary, self.sess.hook
+        sess, s, hook = self.sess, self.summary, self.parts.hook
         suffix = self.prompt[self.reused or 0:]
         t0 = time.perf_counter()
         if hook:
@@ -165,7 +166,7 @@ class TokenLoop:
 
     def _decode_rows(self, smpl: Sampler, t0: float) -> Iterator[TokenRow]:
         sess, s = self.sess, self.summary
-        hook = sess.hook
+        hook = self.parts.hook
         cache = hook.cache if hook else None
         psi_path = sess.psi_path
         majflt0, cpu0 = sysstats.rusage()
@@ -247,8 +248,7 @@ class TokenLoop:
 
     def _row(self, step: int, wall_s: float, loop_ms: float, tok: int, c: TokenCounters | None) -> TokenRow:
         """A token's row from the session's parts; `c` is its share of the hook's counters (None without a cache)."""
-        sess = self.sess
-        hook = sess.hook
+        hook = self.parts.hook
         cache = hook.cache if hook else None
         r = TokenRow(step=step, steps=self.n_predict, wall_ms=wall_s * 1e3, turn=self.turn, loop_overhead_ms=loop_ms,
                      token_id=tok)
@@ -262,8 +262,8 @@ class TokenLoop:
             r.cache_budget_mib = cache.budget / MIB
             r.prefetch_bytes, r.prefetch_used_bytes = c.prefetch_bytes, c.prefetch_used_bytes
             r.prefetch_wasted_bytes = c.prefetch_wasted_bytes
-        if sess.dense is not None:
-            r.dense_resident_frac = sess.dense.resident_frac(step)
+        if self.parts.dense is not None:
+            r.dense_resident_frac = self.parts.dense.resident_frac(step)
         if hook and hook.route_ahead is not None:
             agree = hook.route_ahead.take_agreement()
             r.route_agree = UNMEASURED if agree is None else round(agree, 6)
@@ -277,7 +277,7 @@ class TokenLoop:
         """The summary completed with the run's totals (the experts per token the graph used, the cache's and
         the parts' totals; for a conversation turn also its turn, the KV cache's length and how it finished)."""
         s, p = self.summary, self.parts
-        hook = self.sess.hook
+        hook = p.hook
         if hook:
             s.extra["k_effective"] = hook.k_effective
         if p.hook and p.cache:

@@ -174,7 +174,7 @@ class Conversation:
         self._keep(self.reusable(tokens, reuse))
         res.n_reused = len(self.past)
         dec = codecs.getincrementaldecoder("utf-8")("replace")
-        loop = TokenLoop(sess, self.engine.parts, sp, tokens, turn=self.turn, reused=res.n_reused, cancel=cancel)
+        loop = TokenLoop(sess, sp, tokens, turn=self.turn, reused=res.n_reused, cancel=cancel)
         res.summary, res.tokens = loop.summary, loop.tokens
         self.past = loop.history  # what the KV cache holds, kept by the loop (emptied when a decode fails)
         rows = loop.rows()

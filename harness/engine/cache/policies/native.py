@@ -1,11 +1,11 @@
 """The policies' compiled helper (harness/engine/native/_policyc, built from policyc*.c by setup.py when a
 compiler was there), or None: then the numpy and pure-Python reference runs. Both take the same
 decisions (tests/engine/test_cache_decisions.py and tests/engine/test_policy_impls.py run both).
-BMOE_PURE_PYTHON_POLICIES=1 forces the reference; a policy reads the choice once, when the cache binds it."""
+`use_reference(True)` forces the reference (the CLI sets it from BMOE_PURE_PYTHON_POLICIES=1, a test directly); a
+policy reads the choice once, when the cache binds it."""
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 from harness.engine.cache.policies.heaps import LayerHeaps, LazyMinHeap
@@ -15,12 +15,20 @@ try:
 except ImportError:  # not built: the reference
     _compiled = None
 
-ENV = "BMOE_PURE_PYTHON_POLICIES"
+_reference = False
+
+
+def use_reference(on: bool) -> bool:
+    """Force the numpy and pure-Python reference (on), or let the compiled helper be used (off, the default).
+    Returns the setting it replaced."""
+    global _reference
+    old, _reference = _reference, on
+    return old
 
 
 def helper() -> ModuleType | None:
-    """The compiled helper, unless it was not built or BMOE_PURE_PYTHON_POLICIES=1."""
-    if os.environ.get(ENV, "") not in ("", "0"):
+    """The compiled helper, unless it was not built or the reference is forced (`use_reference`)."""
+    if _reference:
         return None
     return _compiled
 
