@@ -1,6 +1,7 @@
-"""`bmoe serve`'s own flags and its door (harness.engine.serve.subcommands, .guard), pure: the body limit, the API
-key (flag or BMOE_API_KEY), the Host allow-list and how a Host header is read; the guard as an ASGI app over a
-tiny app of its own (a chunked body cut at the limit, an exception turned into a JSON 500)."""
+"""`bmoe serve`'s own flags and its door (parsed by harness.engine.cli.split into serve.subcommands.ServeFlags;
+harness.engine.serve.guard), pure: the body limit, the API key (flag or BMOE_API_KEY), the Host allow-list and how
+a Host header is read; the guard as an ASGI app over a tiny app of its own (a chunked body cut at the limit, an
+exception turned into a JSON 500)."""
 
 from __future__ import annotations
 

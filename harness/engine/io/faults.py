@@ -17,8 +17,7 @@ Production parts know nothing of it.
 from __future__ import annotations
 
 import ctypes
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +40,9 @@ class Faults:
     poison_unread: bool = False
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | os._Environ) -> Faults | None:
-        """The faults a test asked for through the environment; None when there are none."""
+    def from_env(cls, env: Mapping[str, str]) -> Faults | None:
+        """The faults a test asked for through the environment (its BMOE_TEST_* variables, read by the CLI); None
+        when there are none."""
         wrong, fail = env.get("BMOE_TEST_WRONG_EXPERT"), env.get("BMOE_TEST_FAIL_AT_LAYER")
         zero = env.get("BMOE_TEST_ZERO_DENSE") or None
         poison = env.get("BMOE_TEST_POISON_UNREAD") == "1"
