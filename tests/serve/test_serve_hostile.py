@@ -240,11 +240,15 @@ def test_sigterm_at_every_point_exits_within_2_s(model, tmp_path, point):
         assert _wait(lambda: not os.path.exists(f"/proc/{kid}"), 60), "the tokenizer outlived its server"
 
 
+@pytest.mark.parametrize("watch", ["compiled", "thread"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_model_truncated_under_the_plain_mmap_server_answers_the_request_in_flight(tmp_path, stream):
+def test_a_model_truncated_under_the_plain_mmap_server_answers_the_request_in_flight(tmp_path, stream, watch):
+    """With the compiled SIGBUS handler, and with the pure-Python watcher (BMOE_MODEL_WATCH=thread, as without
+    the compiled helper): the request in flight gets its JSON 500, then exit 4."""
     m = tmp_path / "m.gguf"
     make_model(m, ModelSpec(seed=16))
-    s = Server(m, tmp_path, "-c", "4096")  # plain mmap: the truncation is a SIGBUS in llama.cpp's compute threads
+    env = {"BMOE_MODEL_WATCH": watch} if watch == "thread" else None
+    s = Server(m, tmp_path, "-c", "4096", env=env)  # plain mmap: the truncation is a SIGBUS in llama.cpp's threads
     t = _in_thread(s.url, {"prompt": "go", "max_tokens": 4000}, stream)
     assert _wait(lambda: s.health()["running_tokens"] >= 1, 300)
     os.truncate(m, m.stat().st_size // 3)
