@@ -75,7 +75,7 @@ def test_devices_of_one_server_that_hangs_is_one_error_line(mode):
     assert took < 60
 
 
-def _fleet(tmp_path: Path, server: str) -> Path:
+def _fleet(tmp_path: Path, server: str, extra: str = "") -> Path:
     exe = engine(tmp_path)
     model = tmp_path / "model.bin"
     model.write_bytes(b"\0" * 4096)
@@ -94,7 +94,7 @@ def _fleet(tmp_path: Path, server: str) -> Path:
         fleet: {{use: spread, device_grace_s: 300}}
         targets:
           - {{serial: "emulator-5554", server: "{server}", label: a}}
-        """))
+        """) + extra)
     return p
 
 
@@ -109,6 +109,23 @@ def test_a_fleet_whose_server_never_answers_stops_in_one_line(tmp_path):
     assert "no device of the fleet can be used" in errs[0] and f"adb server {s.address} stalled" in errs[0]
     assert took < 60  # not the 300 s of device_grace_s
     assert not (tmp_path / "bd").exists() or not any((tmp_path / "bd").iterdir())
+
+
+def test_the_campaign_sets_the_device_timeout_and_the_command_overrides_it(tmp_path):
+    """`device_timeout_s: 4` in the campaign bounds the stalled server as --device-timeout 4 does (a 2 s stall,
+    not the default 15 s); a command's --device-timeout wins over it."""
+    with StallServer("stall") as s:
+        p = _fleet(tmp_path, s.address, "device_timeout_s: 4\n")
+        r, took = bench("run", p, "--out", tmp_path / "bd", server=s)
+    _no_traceback(r)
+    errs = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+    assert r.returncode == 2 and len(errs) == 1, r.stderr
+    assert f"adb server {s.address} stalled: accepted the connection and answered nothing for 2 s" in errs[0], errs
+    assert "a campaign's device_timeout_s sets the bound" in errs[0] and took < 60
+    with StallServer("stall") as s:
+        p = _fleet(tmp_path, s.address, "device_timeout_s: 4\n")
+        r, _ = bench("run", p, "--out", tmp_path / "bd2", "--device-timeout", "6", server=s)
+    assert "answered nothing for 3 s" in r.stderr, r.stderr
 
 
 def _sigterm_within_2s(argv: list[object], server: StallServer) -> subprocess.CompletedProcess:
