@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.load import slowdown
 from tests.helpers.runner import BENCH, engine
 from tests.helpers.stall_server import StallServer, wait_accepted
 
@@ -36,16 +36,6 @@ def bench(*args: object, server: StallServer, timeout: float = 300) -> tuple[sub
             p.kill()
             p.communicate()
     return subprocess.CompletedProcess(args, p.returncode, out, err), time.monotonic() - t0
-
-
-def slowdown() -> float:
-    """How much slower than its CPU time a process of this priority runs here now (1 on an idle machine): a
-    loaded machine cannot give the 2 s the command is allowed in 2 s of wall time, so the bound scales by it."""
-    p = subprocess.run([sys.executable, "-c", "import time\nw, c = time.monotonic(), time.process_time()\n"
-                        "while time.process_time() - c < 0.1: pass\n"
-                        "print((time.monotonic() - w) / (time.process_time() - c))"],
-                       capture_output=True, text=True, timeout=300)
-    return max(1.0, float(p.stdout))
 
 
 def _no_traceback(r: subprocess.CompletedProcess) -> None:
