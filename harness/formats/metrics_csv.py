@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, field, fields
 from pathlib import Path
@@ -234,6 +235,18 @@ class Metrics:
         if not self.summaries:
             raise UserError(f"{self.path}: no '# summary' line: the engine did not finish this generation")
         return {k: float(v) for k, v in self.summaries[i].items()}
+
+
+_AGREE_L = re.compile(r"predict_agree_l(\d+)$")
+
+
+def early_router_recall(summary: dict[str, float]) -> tuple[float | None, dict[int, float], float]:
+    """A --predict-prefetch run's `# summary` fields read as the early router's recall: the whole run's
+    (`predict_agree`, None when unmeasured), each layer's (`predict_agree_l<L>`, unmeasured ones left out), and the
+    MiB of speculative reads it wasted (`prefetch_wasted_mib`, 0 when absent or unmeasured)."""
+    whole = summary.get("predict_agree", -1)
+    layers = {int(m.group(1)): v for k, v in summary.items() if (m := _AGREE_L.match(k)) and v >= 0}
+    return (whole if whole >= 0 else None), layers, max(summary.get("prefetch_wasted_mib", 0.0), 0.0)
 
 
 def _kv(text: str) -> dict[str, str]:
