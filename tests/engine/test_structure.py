@@ -2,7 +2,8 @@
 imports nothing from harness/ but harness.errors, the engine's layers import nothing above them (the order
 declared in harness/engine/__init__.py), every engine package, nested ones too, imports only its own modules and what
 its "May import" list names (tests/helpers/import_rules.py), every engine subpackage says its job, and no module is
-over 400 lines; and in tests/, no module imports a test module or a conftest.py (shared code lives in tests/helpers/,
+over 400 lines; no C module of harness/engine/native includes or calls another in a cycle (tests/helpers/
+c_includes.py); and in tests/, no module imports a test module or a conftest.py (shared code lives in tests/helpers/,
 shared fixtures in a conftest.py). Imports are read with `ast` from every module, those inside functions included (a
 lazy import hides a cycle from Python, not from this test; tests/helpers/import_graph.py)."""
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.c_includes import c_import_graph
 from tests.helpers.import_graph import cycles, explain, import_graph, package_graph, subpackage
 from tests.helpers.import_rules import may_import_violations
 
@@ -89,6 +91,12 @@ def test_every_engine_package_imports_only_what_its_list_names():
     bad = may_import_violations(REPO, LAYERS)
     assert not bad, ("an engine package's imports and its 'May import' list disagree (change the import, or the list "
                      "if the package may now import it):\n  " + "\n  ".join(bad))
+
+
+def test_no_cycle_between_the_c_sources():
+    found = cycles(c_import_graph(REPO / "harness" / "engine" / "native"))
+    assert not found, explain("C modules of harness/engine/native (a source and its same-named header; one includes "
+                              "or calls the other: tests/helpers/c_includes.py)", found)
 
 
 MAX_LINES = 400
@@ -206,4 +214,26 @@ def test_may_import_checker_reads_each_package_list_and_names_each_import_off_it
         "(harness/engine/io/__init__.py)",
         "harness.engine.cache.budget imports harness.engine.io.lanes.f: not on harness.engine.cache's 'May import' "
         "list (harness/engine/cache/__init__.py)"])
+
+
+def test_c_checker_sees_a_cycle_through_a_header_and_a_call(tmp_path: Path):
+    files = {
+        "a.h": "#include <stdint.h>\ntypedef struct { int n; } a_t;\nint b_go(a_t *x);  /* b.c */\n",
+        "a.c": '#include "a.h"\nstatic int helper(void) { return 1; }\nint a_run(a_t *x) {\n    return b_go(x);\n}\n',
+        "b.c": '#include "a.h"  /* a.h is a.c\'s: a cycle */\nint b_go(a_t *x)\n{\n    return x->n; /* a_run( */\n}\n',
+        "c.c": 'void *mmap(void *p) { return p; }  /* declared nowhere here: no call edge */\n'
+               'int c_main(void) { const char *s = "b_go("; return mmap(0) != 0 && s; }\n',
+        "d.c": "int a_run(void *x);\nint d_main(void) { return a_run(0); }\n",  # declared in d.c itself
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    g = c_import_graph(tmp_path)
+    assert g == {"a": {"b"}, "b": {"a"}, "c": set(), "d": {"a"}}
+    assert cycles(g) == [["a", "b", "a"]]
+    (tmp_path / "a.h").rename(tmp_path / "shared.h")  # the shared declarations under a name of their own
+    for name in ("a.c", "b.c"):
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace('"a.h"', '"shared.h"'))
+    g = c_import_graph(tmp_path)
+    assert g == {"a": {"shared", "b"}, "b": {"shared"}, "c": set(), "d": {"a"}, "shared": set()}
+    assert cycles(g) == []
 
