@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.c_includes import c_import_graph
 from tests.helpers.import_graph import cycles, explain, import_graph, package_graph, subpackage
-from tests.helpers.import_rules import may_import_violations
+from tests.helpers.import_rules import facade_violations, may_import_violations
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,6 +91,20 @@ def test_every_engine_package_imports_only_what_its_list_names():
     bad = may_import_violations(REPO, LAYERS)
     assert not bad, ("an engine package's imports and its 'May import' list disagree (change the import, or the list "
                      "if the package may now import it):\n  " + "\n  ".join(bad))
+
+
+# deep imports of the engine the harness may still make, each for a reason: bookkeeping's worker also runs against
+# another checkout of the package (`bmoe-bench replay-cost --against`), which may be from before the facade
+BEFORE_THE_FACADE = {"harness.replay.bookkeeping": {"harness.engine.cache.expert_cache.ExpertCache",
+                                                    "harness.engine.cache.ExpertCache"}}
+
+
+def test_the_harness_imports_only_what_the_engine_exports():
+    import harness.engine
+
+    bad = facade_violations(REPO, set(harness.engine.__all__), BEFORE_THE_FACADE)
+    assert not bad, ("the harness imports from the engine only `from harness.engine import NAME`, NAME in "
+                     "harness.engine.__all__ (export it there if the harness needs it):\n  " + "\n  ".join(bad))
 
 
 def test_no_cycle_between_the_c_sources():
@@ -236,4 +250,25 @@ def test_c_checker_sees_a_cycle_through_a_header_and_a_call(tmp_path: Path):
     g = c_import_graph(tmp_path)
     assert g == {"a": {"shared", "b"}, "b": {"shared"}, "c": set(), "d": {"a"}, "shared": set()}
     assert cycles(g) == []
+
+
+def test_facade_checker_names_each_harness_import_past_the_facade(tmp_path: Path):
+    files = {
+        "harness/__init__.py": "",
+        "harness/engine/__init__.py": "",
+        "harness/engine/io/__init__.py": "",
+        "harness/engine/io/reader.py": "from harness.engine.io import lanes\n",  # the engine itself: not checked
+        "harness/probe.py": "from harness.engine import SliceReader\nfrom harness.engine.io.reader import PAGE\n",
+        "harness/replay/__init__.py": "",
+        "harness/replay/old.py": "def f():\n    from harness.engine.io import reader\n    import harness.engine.io\n",
+        "harness/other.py": "from harness import engine\nfrom harness.engine import Secret, SliceReader\n",
+    }
+    for name, text in files.items():
+        f = tmp_path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    bad = facade_violations(tmp_path, {"SliceReader"}, {"harness.replay.old": {"harness.engine.io.reader"}})
+    assert bad == ["harness.other imports harness.engine", "harness.other imports harness.engine.Secret",
+                   "harness.probe imports harness.engine.io.reader.PAGE",
+                   "harness.replay.old imports harness.engine.io"]
 
