@@ -1,7 +1,8 @@
 """The import structure of harness/: no cycle between files or between subpackages, harness/formats
 imports nothing from harness/ but harness.errors, the engine's layers import nothing above them (the order
-declared in harness/engine/__init__.py), every engine package, nested ones too, imports only its own modules and what
-its "May import" list names (tests/helpers/import_rules.py), every engine subpackage says its job, and no module is
+declared in harness/engine/__init__.py), every engine package, nested ones too, and every other package that has a
+"May import" list imports only its own modules and what its list names, the harness imports from the engine only what
+`harness.engine` exports (tests/helpers/import_rules.py), every engine subpackage says its job, and no module is
 over 400 lines; no C module of harness/engine/native includes or calls another in a cycle (tests/helpers/
 c_includes.py); and in tests/, no module imports a test module or a conftest.py (shared code lives in tests/helpers/,
 shared fixtures in a conftest.py). Imports are read with `ast` from every module, those inside functions included (a
@@ -85,7 +86,7 @@ def test_engine_subpackages_say_their_job_and_what_they_may_import():
         assert doc and "May import" in doc, f"{init.relative_to(REPO)}: say the package's job and what it may import"
 
 
-def test_every_engine_package_imports_only_what_its_list_names():
+def test_every_package_imports_only_what_its_list_names():
     from harness.engine import LAYERS
 
     bad = may_import_violations(REPO, LAYERS)
@@ -211,6 +212,10 @@ def test_may_import_checker_reads_each_package_list_and_names_each_import_off_it
         "harness/engine/run/__init__.py": '"""May import: everything below."""\n',
         "harness/engine/stream/__init__.py": '"""May import: cache, nosuch."""\n',
         "harness/engine/native/__init__.py": '"""May import: cache (a layer above)."""\n',
+        "harness/hub/__init__.py": '"""Outside the engine.\n\nMay import: harness.errors, requests."""\n',
+        "harness/hub/pull.py": "import requests\nfrom harness.errors import E\nfrom harness.kld import kl\n",
+        "harness/other/__init__.py": '"""No list: not checked."""\n',
+        "harness/other/a.py": "import harness.kld\n",
     }
     for name, text in files.items():
         f = tmp_path / name
@@ -227,7 +232,8 @@ def test_may_import_checker_reads_each_package_list_and_names_each_import_off_it
         "harness.engine.io.lanes imports harness.kld: not on harness.engine.io's 'May import' list "
         "(harness/engine/io/__init__.py)",
         "harness.engine.cache.budget imports harness.engine.io.lanes.f: not on harness.engine.cache's 'May import' "
-        "list (harness/engine/cache/__init__.py)"])
+        "list (harness/engine/cache/__init__.py)",
+        "harness.hub.pull imports harness.kld.kl: not on harness.hub's 'May import' list (harness/hub/__init__.py)"])
 
 
 def test_c_checker_sees_a_cycle_through_a_header_and_a_call(tmp_path: Path):

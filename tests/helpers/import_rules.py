@@ -3,6 +3,7 @@
 - every package of the engine, nested ones too, says in its docstring what it may import (`May import: a, b.`: engine
   layers and modules by their name under harness.engine, other modules of harness by their dotted name; `nothing`
   for none), and every import of harness/ from a module of the package is either of the package itself or on that list;
+  so is every package outside the engine that has such a list (harness.hub);
 - the harness outside the engine imports from the engine only the names the engine exports for it
   (`from harness.engine import NAME`, NAME in `harness.engine.__all__`).
 
@@ -34,9 +35,11 @@ def import_targets(path: Path, module: str) -> list[str]:
     return out
 
 
-def may_import(doc: str, mods: dict[str, Path]) -> list[str] | str:
+def may_import(doc: str, mods: dict[str, Path], engine: bool = True) -> list[str] | str:
     """The absolute names a docstring's `May import:` sentence allows, or why it cannot be read. Parentheses are
-    remarks; the sentence ends at a period followed by a space or the end."""
+    remarks; the sentence ends at a period followed by a space or the end. In an engine package's list a name that
+    does not start with harness is one under harness.engine; elsewhere it is a third-party package (kept as written:
+    only imports of harness are checked)."""
     at = doc.find("May import:")
     if at < 0:
         return "no 'May import:' line"
@@ -50,6 +53,9 @@ def may_import(doc: str, mods: dict[str, Path]) -> list[str] | str:
         if not _ENTRY.fullmatch(e):
             return f"cannot read {e!r} in 'May import: {sentence}' (write names separated by commas)"
         name = e if e == "harness" or e.startswith("harness.") else f"{ENGINE}.{e}"
+        if not engine and name != e:
+            out.append(e)
+            continue
         owner = name
         while owner and owner not in mods:
             owner = owner.rpartition(".")[0]
@@ -68,8 +74,9 @@ def _package_of(module: str, path: Path) -> str:
 
 
 def may_import_violations(root: Path, layers: tuple[str, ...]) -> list[str]:
-    """One line per engine package whose list is missing or unreadable or names a layer above the package's own, and
-    per import of harness from an engine module that is neither of its package nor on the package's list."""
+    """One line per package whose list is unreadable, or names a layer above the package's own, or is missing from an
+    engine package (a package outside the engine need not have one), and per import of harness from a module that is
+    neither of its package nor on the package's list."""
     mods = modules(root)
     rank = {f"{ENGINE}.{name}": i for i, name in enumerate(layers)}
 
@@ -79,9 +86,12 @@ def may_import_violations(root: Path, layers: tuple[str, ...]) -> list[str]:
     lists: dict[str, list[str]] = {}
     bad = []
     for m, path in mods.items():
-        if path.name != "__init__.py" or not _under(m, ENGINE):
+        if path.name != "__init__.py":
             continue
-        got = may_import(ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "", mods)
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if not _under(m, ENGINE) and "May import:" not in doc:
+            continue
+        got = may_import(doc, mods, engine=_under(m, ENGINE))
         where = path.relative_to(root)
         if isinstance(got, str):
             bad.append(f"{where}: {got}")
@@ -91,11 +101,9 @@ def may_import_violations(root: Path, layers: tuple[str, ...]) -> list[str]:
                 if mine in rank and layer(e) in rank and rank[layer(e)] > rank[mine]]
         lists[m] = got
     for m, path in sorted(mods.items()):
-        if not _under(m, ENGINE):
-            continue
         pkg = _package_of(m, path)
         if pkg not in lists:
-            continue  # its package's list is reported above
+            continue  # no list (outside the engine), or its package's list is reported above
         for t in import_targets(path, m):
             if not _under(t, pkg) and not any(_under(t, a) for a in lists[pkg]):
                 bad.append(f"{m} imports {t}: not on {pkg}'s 'May import' list "
