@@ -10,7 +10,7 @@ position; the guesses that equal the greedy token at their position are kept, th
 after them, and the rejected guesses' keys and values are removed from the KV cache. A batch that kept m guesses
 yields m + 1 rows: its wall time, reads and counters are shared evenly among them (sums stay exact), and its
 first row carries `draft_proposed` and `draft_accepted`. An MTP draft's time and reads are the group's too:
-added to its wall time and read bytes. `finish()` completes the summary with the run's totals.
+added to its wall time and read bytes. `finish_summary()` completes the summary with the run's totals.
 
 Every generation runs under one garbage-collector policy (`collection_paused`).
 """
