@@ -217,3 +217,37 @@ def test_the_session_device_has_no_profile(devices):
         assert plain.device.shell("command -v dumpsys")[0] != 0
     finally:
         plain.close()
+
+
+def test_a_fleet_lab_device_keeps_its_profile_across_a_restart(tmp_path):
+    """tests/helpers/adb_fleet.py's Lab: a profiled device on a server of its own; killed and started again (as a
+    lab loses a phone) it comes back with the same profile and whatever state the profile held."""
+    from tests.helpers.adb_fleet import Lab
+
+    if not os.environ.get("BMOE_TEST_ADBD"):
+        pytest.skip("needs BMOE_TEST_ADBD (set by tests/adbd/run-adb-tests.sh)")
+    profile = DeviceProfile.create(tmp_path / "fleet", PHONE_B)
+    lab = Lab()
+    try:
+        lab.start_server(5047)
+        port = next(_ports)
+        serial = lab.start_device(port, 5047, profile.root)
+        t = AdbTarget(serial, port=5047)
+        try:
+            assert set(t.sample_state()["cpufreq"]) == {"policy0", "policy6"}
+            code, out, _ = t.device.shell("dumpsys battery unplug && dumpsys battery")
+            assert code == 0 and "(UPDATES STOPPED" in out
+        finally:
+            t.close()
+        profile.heat(77.0)
+        lab.kill_device(port)
+        lab.start_device(port, 5047)
+        t = AdbTarget(serial, port=5047)
+        try:
+            s = t.sample_state()
+            assert s["cpu_temp_c"] == 77.0 and s["battery"]["level"] == 55 and profile.battery_frozen()
+            assert "(UPDATES STOPPED" in t.device.shell("dumpsys battery")[1]
+        finally:
+            t.close()
+    finally:
+        lab.close()
