@@ -95,8 +95,12 @@ _STATUS_CHARGING, _STATUS_DISCHARGING = 2, 3
 
 
 def _write(p: Path, value: object) -> None:
+    """Replace the file whole (a new inode renamed over it), so a device reading it while a test changes it
+    reads the old value or the new one, never an empty file."""
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(f"{value}\n")
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(f"{value}\n")
+    os.replace(tmp, p)
 
 
 def _read(p: Path) -> str | None:
@@ -183,7 +187,7 @@ class DeviceProfile:
         zones = self.zones()
         if zone_type not in zones:
             raise KeyError(f"no thermal zone of type {zone_type!r} (have {', '.join(zones)})")
-        (zones[zone_type] / "temp").write_text(f"{round(celsius * 1000)}\n")
+        _write(zones[zone_type] / "temp", round(celsius * 1000))
 
     def heat(self, celsius: float, zones: list[str] | None = None) -> None:
         """The CPU zones (or `zones`) at `celsius`; the skin warms to a few degrees below."""
@@ -219,15 +223,15 @@ class DeviceProfile:
         d = self.policy_dir(policy)
         if not 0 < khz <= int((d / "cpuinfo_max_freq").read_text()):
             raise ValueError(f"{khz} kHz is outside {d.name}'s range")
-        (d / "scaling_max_freq").write_text(f"{khz}\n")
+        _write(d / "scaling_max_freq", khz)
         cur = int((d / "scaling_cur_freq").read_text())
-        (d / "scaling_cur_freq").write_text(f"{min(cur, khz)}\n")
+        _write(d / "scaling_cur_freq", min(cur, khz))
 
     def unthrottle(self) -> None:
         for pol in self.layout.policies:
             d = self.policy_dir(pol.name)
-            (d / "scaling_max_freq").write_text(f"{pol.max_khz}\n")
-            (d / "scaling_cur_freq").write_text(f"{pol.max_khz}\n")
+            _write(d / "scaling_max_freq", pol.max_khz)
+            _write(d / "scaling_cur_freq", pol.max_khz)
 
     def governor(self, policy: str | int) -> str:
         return (self.policy_dir(policy) / "scaling_governor").read_text().strip()
@@ -281,7 +285,7 @@ class DeviceProfile:
     def battery(self) -> dict[str, str]:
         """The values `dumpsys battery` shows now (the frozen copy while updates are stopped)."""
         d = self.state / ("battery.frozen" if self.battery_frozen() else "battery")
-        return {f.name: f.read_text().strip() for f in sorted(d.iterdir())}
+        return {f.name: f.read_text().strip() for f in sorted(d.iterdir()) if not f.name.startswith(".")}
 
     def battery_frozen(self) -> bool:
         """`dumpsys battery unplug` or `set` is in force (not `reset`)."""
