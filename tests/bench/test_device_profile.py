@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,24 @@ def test_dumpsys_battery_prints_android_14s_lines_in_order(devices):
         "  Max charging current: 500000\n  Max charging voltage: 5000000\n  Charge counter: 2565000\n"
         "  status: 2\n  health: 2\n  present: true\n  level: 57\n  scale: 100\n  voltage: 4012\n"
         "  temperature: 312\n  technology: Li-ion\n")
+
+
+def test_the_existing_cooldown_gate_waits_for_a_hot_device_to_cool(devices):
+    """harness/campaigns/gate.py's wait_for_gate on a profiled device through adb: it waits while the profile is
+    hot and goes on once the test cools it (the ground a strict temperature target will be tested on)."""
+    from harness.campaigns.gate import wait_for_gate
+    from harness.formats.campaign import Cooldown
+
+    dev, target = devices(PHONE)
+    dev.profile.heat(88.5)
+    cooler = threading.Timer(1.5, dev.profile.cool)
+    cooler.start()
+    try:
+        g = wait_for_gate(target.sample_state, Cooldown(cpu_temp_max_c=45.0, max_wait_s=30.0, poll_s=0.2))
+    finally:
+        cooler.cancel()
+    assert not g.gave_up and g.waited_s >= 1.0
+    assert g.reason == "cpu 88.5 C > 45 C" and g.entry["cpu_temp_c"] == 37.5 and g.unchecked == []
 
 
 def test_lab_commands_change_the_profile_and_can_be_undone(devices):
