@@ -7,7 +7,7 @@
 #   PROFILE/sys/class/thermal                 over /sys/class/thermal
 #   PROFILE/sys/devices/system/cpu/cpufreq    over /sys/devices/system/cpu/cpufreq
 # so the device's shell reads the profile's thermal zones and cpufreq policies at the real paths, and
-# puts PROFILE/system/bin (dumpsys, svc, settings, cmd) first on PATH. Mounts made here are private to the
+# puts PROFILE/system/bin (dumpsys, svc, settings, cmd, input) first on PATH. Mounts made here are private to the
 # namespace: the host's /sys, and the test's own namespace, never see them. The files are shared (same
 # inodes), so a test writes PROFILE/... from outside and the device sees it at once, and reads back what
 # the device's shell wrote. It also gives the device its own tmpfs /data/local/tmp of

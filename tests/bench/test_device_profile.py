@@ -124,7 +124,7 @@ def test_battery_unplug_set_and_reset_change_what_dumpsys_prints(devices):
     assert devstate.parse_dumpsys_battery(_sh(target, "dumpsys battery"))["level"] == 80
     _sh(target, "dumpsys battery set level 23")
     assert target.sample_state()["battery"]["level"] == 23
-    assert _sh(target, "dumpsys battery get level").strip() == "23"
+    assert _sh(target, "dumpsys battery get level") == "23\n"
 
     _sh(target, "dumpsys battery reset")
     b = target.sample_state()["battery"]
@@ -177,7 +177,10 @@ def test_lab_commands_change_the_profile_and_can_be_undone(devices):
     _sh(target, "svc power stayon usb")
     assert _sh(target, "settings get global stay_on_while_plugged_in").strip() == "2" and p.stay_on() == 2
     _sh(target, "svc power stayon true")
-    assert p.stay_on() == 7
+    assert p.stay_on() == 7 and "  mStayOn=true\n" in _sh(target, "dumpsys power")
+    _sh(target, "input keyevent KEYCODE_SLEEP")
+    assert not p.screen_on() and "  mWakefulness=Asleep\n" in _sh(target, "dumpsys power")
+    assert _sh(target, "dumpsys deviceidle get screen") == "false\n"
     assert _sh(target, "dumpsys deviceidle force-idle") == "Now forced in to deep idle mode\n"
     idle = _sh(target, "dumpsys deviceidle")
     assert "  mForceIdle=true\n" in idle and "  mState=IDLE mLightState=OVERRIDE\n" in idle and p.idle_forced()
@@ -187,9 +190,10 @@ def test_lab_commands_change_the_profile_and_can_be_undone(devices):
     assert p.governor(7) == "performance" and p.freq(4)["scaling_min"] == 2_016_000
     changed = p.snapshot()
     assert {k for k in before if before[k] != changed[k]} == {
-        "governors", "scaling_min_khz", "stay_on", "battery_frozen", "battery_shown", "idle_forced"}
+        "governors", "scaling_min_khz", "stay_on", "screen_on", "battery_frozen", "battery_shown", "idle_forced"}
 
     _sh(target, "settings put global stay_on_while_plugged_in 0")
+    _sh(target, "input keyevent KEYCODE_WAKEUP")
     assert _sh(target, "dumpsys deviceidle unforce") == "Light state: ACTIVE, deep state: ACTIVE\n"
     _sh(target, "dumpsys battery reset")
     _sh(target, "echo schedutil > /sys/devices/system/cpu/cpufreq/policy7/scaling_governor")

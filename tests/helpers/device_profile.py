@@ -3,7 +3,7 @@ thermal status, Doze and the stay-awake setting, as files a test heats, throttle
 
 `DeviceProfile.create(dir, layout)` writes the tree; `start_device(profile, port)` starts a real adbd in a
 mount namespace of its own where tests/adbd/device-profile.sh has bind-mounted the profile over
-/sys/class/thermal and /sys/devices/system/cpu/cpufreq and put the profile's dumpsys, svc, settings and cmd
+/sys/class/thermal and /sys/devices/system/cpu/cpufreq and put the profile's dumpsys, svc, settings, cmd and input
 (tests/adbd/profile-bin/) first on the shell's PATH. The test's own namespace (and the host) keep their /sys:
 only that device sees the profile, so every device can have its own, and the main loopback device of
 tests/adbd/netns-session.sh stays the plain Linux it always was unless BMOE_TEST_DEVICE_PROFILE names one.
@@ -13,7 +13,7 @@ The tree (PROFILE/):
   sys/devices/system/cpu/cpufreq/policyN/{related_cpus,affected_cpus,cpuinfo_min_freq,cpuinfo_max_freq,
       scaling_min_freq,scaling_max_freq,scaling_cur_freq,scaling_governor,scaling_available_governors,
       scaling_available_frequencies}                              kHz, as the kernel's
-  system/bin/{dumpsys,svc,settings,cmd}                           copies of tests/adbd/profile-bin/
+  system/bin/{dumpsys,svc,settings,cmd,input}                     copies of tests/adbd/profile-bin/
   state/battery/KEY             the hardware's battery (ac usb wireless dock: true/false; level status health
                                 temp voltage counter max_charging_current max_charging_voltage present technology)
   state/battery.frozen/KEY      what `dumpsys battery unplug|set` froze; absent when not frozen (`reset`)
