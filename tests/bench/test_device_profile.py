@@ -20,7 +20,7 @@ from tests.helpers.device_profile import PHONE, PHONE_B, DeviceProfile, Profiled
 
 pytestmark = [pytest.mark.adb]
 
-_ports = itertools.count(15561)
+_ports = itertools.count(15601)  # clear of 15555-15556 (test_adb) and 15571-15574 (the fleet lab)
 
 
 @pytest.fixture
@@ -240,6 +240,27 @@ def test_the_session_device_has_no_profile(devices):
         assert plain.device.shell("command -v dumpsys")[0] != 0
     finally:
         plain.close()
+
+
+def test_the_session_device_has_the_profile_it_was_given():
+    """BMOE_TEST_DEVICE_PROFILE=DIR tests/adbd/run-adb-tests.sh ...: the session's device runs with DIR's profile
+    (netns-session.sh), and keeps the session's /data (the file the test writes is the device's)."""
+    from tests.helpers.adbd import SERIAL
+
+    given = os.environ.get("BMOE_TEST_DEVICE_PROFILE")
+    if not given:
+        pytest.skip("the session's device has no profile (set BMOE_TEST_DEVICE_PROFILE to give it one)")
+    profile = DeviceProfile.open(Path(given))
+    t = AdbTarget(SERIAL)
+    try:
+        s = t.sample_state()
+        assert s["thermal"] == profile.temps() and set(s["cpufreq"]) == set(profile.governors())
+        assert s["battery"]["level"] == int(profile.battery()["level"])
+        Path("/data/local/tmp/bmoe/profile-mark").write_text("shared")
+        assert t.device.shell("cat /data/local/tmp/bmoe/profile-mark")[1] == "shared"
+    finally:
+        Path("/data/local/tmp/bmoe/profile-mark").unlink(missing_ok=True)
+        t.close()
 
 
 def test_a_fleet_lab_device_keeps_its_profile_across_a_restart(tmp_path):

@@ -22,10 +22,13 @@ The tree (PROFILE/):
   state/deviceidle/{force,state,light_state}   written by `dumpsys deviceidle force-idle`, removed by `unforce`
   state/power/screen_on         true/false
   state/settings/NS/KEY         `settings get/put NS KEY`; `svc power stayon` writes global/stay_on_while_plugged_in
+  layout.json                   the Layout it was made from (DeviceProfile.open reads it)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -149,7 +152,16 @@ class DeviceProfile:
         _write(p.state / "power" / "screen_on", "true" if layout.screen_on else "false")
         _write(p.state / "settings" / "global" / "stay_on_while_plugged_in", 0)
         (p.state / "deviceidle").mkdir(parents=True)
+        (root / "layout.json").write_text(json.dumps(dataclasses.asdict(layout), indent=1) + "\n")
         return p
+
+    @classmethod
+    def open(cls, root: Path) -> DeviceProfile:
+        """A profile written before (by create, or `python -m tests.helpers.device_profile DIR`)."""
+        d = json.loads((root / "layout.json").read_text())
+        layout = Layout(**{**d, "policies": tuple(Policy(**{**p, "cpus": tuple(p["cpus"])}) for p in d["policies"]),
+                           "zones": tuple(Zone(**z) for z in d["zones"])})
+        return cls(root, layout)
 
     @property
     def thermal_dir(self) -> Path:
