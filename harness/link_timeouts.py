@@ -1,5 +1,6 @@
 """How long a call to a device may take: every adb exchange and every SSH command has a bound, set by the
-command (`bmoe-bench run --device-timeout S`, `bmoe-bench devices --timeout S`) for the whole process.
+command (`bmoe-bench run --device-timeout S`, `bmoe-bench devices --timeout S`) for the whole process, or by a
+campaign (`device_timeout_s:`) for its run when the command gives none.
 
 - `call_s`: one exchange with an adb server (list the devices, open a transport, a short shell command) must be
   over within it; a server that trickles its answer (one byte a second) is named in one line when it is not.
@@ -24,22 +25,32 @@ from dataclasses import dataclass
 class Timeouts:
     call_s: float = 30.0
     stall_s: float = 15.0
+    by_command: bool = False  # set by a command's --device-timeout (a campaign's own setting then gives way)
 
 
 LIMITS = Timeouts()
+BOUND = "--device-timeout or a campaign's device_timeout_s sets the bound"  # said by every stall and time-out
 _local = threading.local()
 
 
 @contextlib.contextmanager
 def command_limits(device_timeout: float | None) -> Iterator[None]:
     """A command's --device-timeout S for its duration: S for a call, half of it (at most 15 s) for a stall."""
-    was = (LIMITS.call_s, LIMITS.stall_s)
+    was = (LIMITS.call_s, LIMITS.stall_s, LIMITS.by_command)
     if device_timeout:
         LIMITS.call_s, LIMITS.stall_s = float(device_timeout), min(15.0, device_timeout / 2)
+        LIMITS.by_command = True
     try:
         yield
     finally:
-        LIMITS.call_s, LIMITS.stall_s = was
+        LIMITS.call_s, LIMITS.stall_s, LIMITS.by_command = was
+
+
+@contextlib.contextmanager
+def campaign_limits(device_timeout_s: float | None) -> Iterator[None]:
+    """A campaign's `device_timeout_s`, unless the command gave its own --device-timeout (that one wins)."""
+    with command_limits(None if LIMITS.by_command else device_timeout_s):
+        yield
 
 
 @contextlib.contextmanager
@@ -95,10 +106,9 @@ class GuardedSocket:
         took = time.monotonic() - self._t0
         if self.got:
             return LinkStalled(f"{self._name} trickled: {self.got} bytes in {took:.0f} s and no whole answer within "
-                               f"{self._total:g} s; is it overloaded, or not an adb server? (--device-timeout "
-                               "sets the bound)")
+                               f"{self._total:g} s; is it overloaded, or not an adb server? ({BOUND})")
         return LinkStalled(f"{self._name} accepted the connection and answered nothing in {took:.0f} s; is it "
-                           "hung, or not an adb server? (--device-timeout sets the bound)")
+                           f"hung, or not an adb server? ({BOUND})")
 
     def _timed_out(self, t: float | None) -> BaseException:
         if self._user is not None and t == self._user:
@@ -107,10 +117,9 @@ class GuardedSocket:
             return self._too_slow()
         if not self.got:
             return LinkStalled(f"{self._name} stalled: accepted the connection and answered nothing for "
-                               f"{self._stall:g} s; is it hung, or not an adb server? (--device-timeout sets the "
-                               "bound)")
+                               f"{self._stall:g} s; is it hung, or not an adb server? ({BOUND})")
         return LinkStalled(f"{self._name} stalled: nothing for {self._stall:g} s after {self.got} bytes; is it "
-                           "hung? (--device-timeout sets the bound)")
+                           f"hung? ({BOUND})")
 
     def recv(self, n: int, *flags: int) -> bytes:
         t = self._arm()

@@ -30,7 +30,7 @@ from harness import devstate
 from harness.adb_parse import file_sha256, last_line, parse_df_available_kib, parse_sha256
 from harness.adb_shell import DESCRIBE_SCRIPT, SHA256_SCRIPT, script, sh_join
 from harness.errors import ResourceError, UserError
-from harness.link_timeouts import LIMITS
+from harness.link_timeouts import BOUND, LIMITS
 
 SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the target after a copy
 HASH_TIMEOUT_S = 3600.0
@@ -114,7 +114,7 @@ class SshLink:
                                    stderr=ef, timeout=LIMITS.call_s, start_new_session=True)
             except subprocess.TimeoutExpired:
                 raise UserError(f"ssh target {self.serial}: no answer in {LIMITS.call_s:g} s; is the host up, and "
-                                "is it an sshd? (--device-timeout sets the bound)") from None
+                                f"is it an sshd? ({BOUND})") from None
         if p.returncode != 0:
             why = last_line(err.read_text(errors="replace")) or f"ssh exited {p.returncode}"
             raise UserError(f"ssh target {self.serial}: cannot connect: {why}"

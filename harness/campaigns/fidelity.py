@@ -116,7 +116,7 @@ class Scoring:
 
 def plan_scoring(c: Campaign, cells: list[Cell]) -> Scoring:
     """Which cells are scored: every one (cells: all), or those whose lossy knobs differ from the reference's."""
-    from harness.engine.config import SPECS, parse_cli
+    from harness.engine import SPECS, parse_cli
 
     f = c.fidelity
     if f is None:

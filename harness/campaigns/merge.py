@@ -31,7 +31,8 @@ from typing import Any
 from harness.errors import BmoeError, UserError
 from harness.formats.files import disk_full, is_disk_full, sha256_file
 from harness.formats.folder import CAMPAIGN_FILE, PROMPTS_FILE, RUNS
-from harness.formats.manifest import Manifest, RunRecord, hash_files, load_manifest, run_dir, save_manifest
+from harness.formats.manifest import Manifest, RunRecord, load_manifest, run_dir, save_manifest
+from harness.formats.raw_hashes import Budget, changed
 
 _ID = re.compile(r"r([0-9]+)-c([0-9]+)")
 _VOLATILE = ("device_dir_free_mib",)  # what a machine's description says that is not what the machine is
@@ -71,6 +72,8 @@ def merge_folders(folders: list[Path], out: Path) -> MergeResult:
     problems += _plan_problems(loaded) + _run_problems(loaded)
     labels, devices, device_problems = _machines(loaded)
     problems += device_problems
+    if not problems:
+        problems += _verify_runs(loaded)  # before anything is copied: a crafted shard costs bounded reading only
     if problems:
         raise MergeError(problems)
     made = not out.exists()
@@ -255,8 +258,32 @@ def _machines(loaded: list[tuple[Path, Manifest]]) -> tuple[dict[Path, str | Non
     return labels, devices, out
 
 
+def _verify_runs(loaded: list[tuple[Path, Manifest]]) -> list[str]:
+    """Each finished run's files hashed where they are, against its manifest, before anything is copied: the
+    work is bounded per shard (raw_hashes.Budget: no link followed, no FIFO opened, a file past 1 GiB or 8 GiB in
+    all refused in one line), so a shard holding a sparse 200 GB file is refused without copying it."""
+    bad = []
+    for f, m in loaded:
+        budget = Budget(f)
+        for r in m.runs:
+            if not r.finished or r.sha256 is None:
+                continue
+            src = run_dir(f, r.run_id)
+            if not src.is_dir():
+                bad.append(f"{src}: missing, though the manifest records run {r.run_id} as {r.status}; restore it")
+                continue
+            rel = src.relative_to(f).as_posix()
+            for name in changed(f, rel, r.sha256, budget, every_file=True):
+                n = name.removeprefix(f"{rel}/")
+                how = "not recorded" if n not in r.sha256 else "missing" if not (src / n).exists() else "changed"
+                bad.append(f"{f}/{name}: {how} since the run was committed (sha256 in {f}/manifest.json); "
+                           f"restore it as committed, or leave that folder out")
+    return bad
+
+
 def _copy_runs(loaded: list[tuple[Path, Manifest]], out: Path) -> list[str]:
-    """Every finished run's folder copied into out and hashed there: the files that differ from their manifest."""
+    """Every finished run's folder (verified in its shard: _verify_runs) copied into out and hashed there again:
+    the files a bad copy changed."""
     bad = []
     (out / RUNS).mkdir()
     f0 = loaded[0][0]
@@ -266,21 +293,16 @@ def _copy_runs(loaded: list[tuple[Path, Manifest]], out: Path) -> list[str]:
     q = loaded[0][1].campaign.quality
     if q is not None and (not (out / PROMPTS_FILE).is_file() or sha256_file(out / PROMPTS_FILE) != q.prompts_sha256):
         bad.append(f"{f0}/{PROMPTS_FILE}: not the questions file its plan records (sha256); restore it as committed")
+    copied = Budget(out)
     for f, m in loaded:
         for r in m.runs:
             if not r.finished or r.sha256 is None:
                 continue
             src, dst = run_dir(f, r.run_id), run_dir(out, r.run_id)
-            if not src.is_dir():
-                bad.append(f"{src}: missing, though the manifest records run {r.run_id} as {r.status}; restore it")
-                continue
             shutil.copytree(src, dst, symlinks=True)
-            now = hash_files(dst)
-            for name in sorted(set(r.sha256) | set(now)):
-                if r.sha256.get(name) != now.get(name):
-                    how = "missing" if name not in now else "not recorded" if name not in r.sha256 else "changed"
-                    bad.append(f"{src}/{name}: {how} since the run was committed (sha256 in {f}/manifest.json); "
-                               f"restore it as committed, or leave that folder out")
+            for name in changed(out, dst.relative_to(out).as_posix(), r.sha256, copied, every_file=True):
+                bad.append(f"{out}/{name}: not the file it was copied from (sha256 in {f}/manifest.json); check "
+                           f"the disk --out is on")
     return bad
 
 

@@ -1,7 +1,7 @@
 """Measure how fast the model's storage reads the way the engine reads it, for the report's I/O roofline (local
 targets).
 
-The engine's own read lanes (harness.engine.io.reader.SliceReader: the compiled lanes where built, O_DIRECT where the
+The engine's own read lanes (harness.engine's SliceReader: the compiled lanes where built, O_DIRECT where the
 filesystem allows it) read what a streamed token reads: for each MoE layer in turn, the whole slices of top-k
 distinct random experts of every streamed tensor of that layer, handed over as one batch, with 1, 2 and 4 layers'
 batches in flight (the next layers' reads queued while the current one's finish, as read-ahead does); the best of the
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-import os
 import random
 import time
 from collections import deque
@@ -23,13 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.campaigns.expand import Cell
-from harness.engine.config.fields import IO_THREADS_MAX
-from harness.engine.io.reader import SliceReader
-from harness.engine.io.vm import PAGE
-from harness.engine.model.gguf_layout import ModelLayout, load_layout
+from harness.engine import PAGE, SPECS, ModelLayout, SliceReader, load_layout
 from harness.errors import UserError
 
-DEFAULT_LANES = 4  # the engine's --io-threads default (harness.engine.config.fields)
+_IO_THREADS = next(s for s in SPECS if s.name == "io_threads")  # the engine's --io-threads, as it declares it
+DEFAULT_LANES = _IO_THREADS.default
+IO_THREADS_MAX = _IO_THREADS.flag.hi
 
 
 def _not(why: str) -> dict:
@@ -66,8 +64,7 @@ def probe_read_bandwidth(path: Path, *, lanes: int = DEFAULT_LANES, seconds: flo
         buf.close()
         return _not(f"{path}: {e.strerror}")
     if reader.odirect_refused:
-        for fd in reader.fd_buf.values():
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        reader.drop_cached_pages()
     got: dict[int, tuple[int, float]] = {}
     try:
         for d in depths:

@@ -53,6 +53,7 @@ from harness.formats.manifest import (
     removed_message,
     unhashed_runs,
 )
+from harness.link_timeouts import campaign_limits
 from harness.targets.base import Target
 
 M = TypeVar("M", bound=BaseModel)
@@ -271,6 +272,12 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
     and resumes only as that shard."""
     console = console or Console(stderr=True)
     plan = plan_campaign(path, overrides=overrides)
+    with campaign_limits(plan.campaign.device_timeout_s):
+        return _run_plan(plan, root, console, fresh, retry_failed, target, fleet_target, shard)
+
+
+def _run_plan(plan: Plan, root: Path, console: Console, fresh: bool, retry_failed: bool, target: Target | None,
+              fleet_target, shard: Shard | None) -> CampaignResult:
     if plan.campaign.targets is not None or plan.campaign.fleet is not None:
         from harness.campaigns.fleet_run import Kit, run_fleet_campaign
 

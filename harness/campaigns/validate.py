@@ -60,7 +60,7 @@ def engine_refusals(c: Campaign, cells: list[Cell]) -> list[str]:
     cell refused for the same reason as the base cell is not listed again."""
     if all(c.engine_of(e).kind != "bmoe" for e in c.engine_labels()):
         return []
-    from harness.engine.config import SPECS, parse_cli
+    from harness.engine import SPECS, parse_cli
 
     # flags that print something and exit 0 (argparse's help included): a run would make no CSV, and no folder
     actions = {"-h", "--help", *(f for s in SPECS if s.flag.action for f in s.flag.flags)}

@@ -115,7 +115,7 @@ def replay_cost_cmd(
 ) -> None:
     """CPU time of the expert cache's bookkeeping per decode token, driven as the engine's hook drives it
     (no llama.cpp), for this checkout and another side by side, with a digest of every decision."""
-    from harness.engine.cache.policies import online_policies
+    from harness.engine import online_policies
     from harness.replay import bookkeeping as bk
 
     pols = online_policies() if policies == "all" else policies.split(",")

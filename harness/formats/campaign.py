@@ -19,13 +19,13 @@ from pydantic import (
     Field,
     Tag,
     WrapValidator,
-    model_serializer,
 )
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from harness.formats.campaign_fidelity import FidelitySpec
 from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
-from harness.formats.campaign_ssh import SSH_KEYS, ssh_problems
+from harness.formats.campaign_ssh import ssh_problems
+from harness.formats.campaign_target import TargetSpec as TargetSpec  # re-exported
 from harness.formats.campaign_types import FamilyName as _FamilyName
 from harness.formats.campaign_types import FlagName, Flags, Label, Value, _check
 from harness.formats.campaign_types import FlagValue as FlagValue  # re-exported
@@ -79,31 +79,6 @@ class ModelSource(_Model):
         None, description="local model file to stage on the target (adb: pushed once, checked by size+hash)")
     hf: str | None = Field(None, description="a Hugging Face model, org/repo[:QUANT] or org/repo/file.gguf: pulled "
                            "into the local hub cache as `bmoe pull` does, then staged on the target like push_from")
-
-
-class TargetSpec(_Model):
-    kind: Literal["local", "adb", "ssh", "termux"] = Field("local", description=(
-        "where the engine runs: this machine, a device over adb, a machine over SSH, or a phone's Termux (SSH "
-        "through an adb forward)"))
-    serial: str | None = Field(None, description="adb or termux: the device's serial (needed when more than one "
-                                                 "is attached)")
-    mem_cap_mib: int | None = Field(None, ge=16, description="local: a cgroup memory cap per run (page cache "
-                                                             "is charged to it)")
-    drop_caches: bool = Field(False, description="local, root: drop the page cache before each run")
-    evict_model: bool = Field(True, description="local: evict the model file from the page cache before each run")
-    host: str | None = Field(None, description="ssh: host name or address (or a Host of ~/.ssh/config)")
-    port: int | None = Field(None, ge=1, le=65535, description="ssh: port (default 22); termux: Termux's sshd port "
-                                                              "on the phone (default 8022)")
-    user: str | None = Field(None, description="ssh, termux: user name there (default: ssh's)")
-    identity_file: str | None = Field(None, description="ssh, termux: private key (default: ssh's keys and agent)")
-    known_hosts: str | None = Field(None, description="ssh, termux: a known_hosts file of its own (default: ssh's; "
-                                                      "a new host key is trusted on first use, then checked)")
-    dir: str | None = Field(None, description="ssh, termux: the folder there for the deployed venv, staged files "
-                                              "and runs (default ~/bmoe)")
-
-    @model_serializer(mode="wrap")
-    def _ssh_keys_when_set(self, handler):  # unset, they are left out: other targets' plans hash as before
-        return {k: v for k, v in handler(self).items() if k not in SSH_KEYS or v is not None}
 
 
 class EngineArgs(TypedDict, total=False):
@@ -248,6 +223,9 @@ class CampaignFile(_Model):
         "`bmoe-bench report --all` writes reports/<family>.md across them, by model size"))
     targets: list[FleetTarget] | None = Field(None, min_length=1, description="a fleet: [{serial, server, label}]")
     fleet: FleetSpec | None = Field(None, description="a fleet's use (compare|spread), selector, device_grace_s")
+    device_timeout_s: float | None = Field(None, ge=1, description=(
+        "adb, ssh, termux and fleet targets: the longest one exchange with a device's server may take (default 30 "
+        "s); `--device-timeout` overrides it. Not part of the plan: a folder resumes with another"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""

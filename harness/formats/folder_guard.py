@@ -129,6 +129,23 @@ def read_capped(path: Path | str, limit: int) -> bytes:
     return data
 
 
+def capped_lines(path: Path | str, limit: int) -> Iterator[bytes]:
+    """read_capped's file line by line (one line in memory at a time), refused past `limit` bytes: before the
+    first line when its size says so, at the line that crosses it when it grew."""
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{path}: not a plain file (a FIFO, a device or a folder); give the file itself")
+        if st.st_size > limit:
+            raise too_large(path, limit)
+        left = limit
+        for raw in f:
+            left -= len(raw)
+            if left < 0:
+                raise too_large(path, limit)
+            yield raw
+
+
 def read_text(path: Path | str, limit: int, errors: str = "strict") -> str:
     """read_bytes as UTF-8 text (errors="strict": one line naming the first bad byte)."""
     data = read_bytes(path, limit)

@@ -11,8 +11,9 @@ Workloads (the Qwen3-30B-A3B shape: 48 layers, 128 experts):
 
 This file also runs as a script (`python bookkeeping.py --worker ...`) against another checkout of the
 package (PYTHONPATH), so an old and a new implementation are measured side by side in one run; it imports
-only the expert cache (`harness.engine.cache.expert_cache`, `harness.engine.cache` before the engine's
-subpackages) and `harness.replay.trace`, which every version has.
+only the expert cache (from the engine's facade, `harness.engine`; in a checkout from before it, from
+`harness.engine.cache.expert_cache`, or `harness.engine.cache` before the engine's subpackages: the only deep imports
+of the engine the structure test lets the harness make) and `harness.replay.trace`, which every version has.
 """
 
 from __future__ import annotations
@@ -71,9 +72,12 @@ def drive(w: Workload, policy: str, budget_bytes: int) -> tuple[float, str]:
     """(ns of cache work per decode token, sha256 of every decision: each batch's hits, misses and the
     evictions decided after it, in order). The prompt's batches are driven but not timed."""
     try:
-        from harness.engine.cache.expert_cache import ExpertCache
-    except ImportError:  # a checkout from before the engine's subpackages: harness/engine/cache.py
-        from harness.engine.cache import ExpertCache  # type: ignore[no-redef,attr-defined]
+        from harness.engine import ExpertCache
+    except ImportError:  # a checkout from before the engine's facade (harness.engine exports it since issue 37)
+        try:
+            from harness.engine.cache.expert_cache import ExpertCache  # type: ignore[no-redef]
+        except ImportError:  # before the engine's subpackages: harness/engine/cache.py
+            from harness.engine.cache import ExpertCache  # type: ignore[no-redef,attr-defined]
 
     cache = ExpertCache(budget_bytes, w.expert_bytes, policy, n_expert=w.n_expert)
     h = hashlib.sha256()
@@ -101,10 +105,13 @@ def _worker(args: list[str]) -> None:
     import os
 
     import harness
-    from harness.engine.cache.policies import native
 
-    if hasattr(native, "use_reference"):  # a checkout whose engine reads no environment: its command line's job
-        native.use_reference(os.environ.get("BMOE_PURE_PYTHON_POLICIES", "") not in ("", "0"))
+    try:  # a checkout whose engine reads no environment: this worker's command line reads it for the engine
+        from harness.engine import use_reference
+    except ImportError:  # an older checkout: its engine reads BMOE_PURE_PYTHON_POLICIES itself
+        pass
+    else:
+        use_reference(os.environ.get("BMOE_PURE_PYTHON_POLICIES", "") not in ("", "0"))
 
     w = workload(name)
     for p in policies:

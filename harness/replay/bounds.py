@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.engine.cache.policies import MarkovDuel
+from harness.engine import MarkovDuel
 from harness.replay.trace import RouteTrace
 
 NEXT_TOKEN_BONUS = 8.0  # log2 units: far above every other feature's spread, so "used next" wins

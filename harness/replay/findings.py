@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from harness.engine.cache.policies import ONLINE_DEFAULT
+from harness.engine import ONLINE_DEFAULT
 from harness.replay.bounds import BOUNDS, NEXT_TOKEN_BONUS, TOLD_WHAT
 from harness.replay.report import KEY_BUDGETS_MIB, Comparison, compare, offline
 from harness.replay.simulate import MIB, ReplayResult

@@ -4,12 +4,9 @@ weigh alike), beside chance (k/E), with the MiB of speculative reads wasted per 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from harness.formats.metrics_csv import read_metrics
-
-_L = re.compile(r"predict_agree_l(\d+)$")
+from harness.formats.metrics_csv import early_router_recall, read_metrics
 
 
 def recall_table(label: str, csvs: list[Path], chance: float) -> list[dict[str, str]]:
@@ -17,14 +14,12 @@ def recall_table(label: str, csvs: list[Path], chance: float) -> list[dict[str, 
     wasted, tokens, allv = 0.0, 0, []
     for p in csvs:
         m = read_metrics(p)
-        s = m.summary()
-        for k, v in s.items():
-            hit = _L.match(k)
-            if hit and v >= 0:
-                per.setdefault(int(hit.group(1)), []).append(v)
-        if s.get("predict_agree", -1) >= 0:
-            allv.append(s["predict_agree"])
-        wasted += s.get("prefetch_wasted_mib", 0.0)
+        whole, layers, waste = early_router_recall(m.summary())
+        for la, v in layers.items():
+            per.setdefault(la, []).append(v)
+        if whole is not None:
+            allv.append(whole)
+        wasted += waste
         tokens += int(len(m.rows))
     rows = [{"model": label, "layer": str(la), "recall_pct": f"{100 * sum(v) / len(v):.1f}",
              "runs": str(len(v)), "chance_pct": f"{100 * chance:.1f}"} for la, v in sorted(per.items())]

@@ -7,7 +7,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.engine.cache.policies import POLICIES, is_offline
+from harness.engine import POLICIES, is_offline
 from harness.errors import UserError
 from harness.replay.bounds import BOUNDS, Usage, make_bound
 from harness.replay.simulate import MIB, ReplayResult, replay

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.engine.cache.expert_cache import ExpertCache
-from harness.engine.cache.policies import POLICIES, Key, Policy
+from harness.engine import POLICIES, ExpertCache, Key, Policy
 from harness.replay.trace import RouteTrace
 
 MIB = 1024 * 1024

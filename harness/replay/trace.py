@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.engine.cache.expert_cache import token_cycle_bytes
+from harness.engine import token_cycle_bytes
 from harness.formats.route_trace import (
     PREFILL,
     Route,

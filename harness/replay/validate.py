@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.engine.cache.expert_cache import ExpertCache
+from harness.engine import ExpertCache
 from harness.replay.simulate import MIB
 from harness.replay.trace import RouteTrace
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from harness.engine.config import SPECS
+from harness.engine import SPECS
 from harness.report.collect import CampaignData, RunData
 
 # bmoe flags that are not declared lossy but choose the output itself (the model, the prompt, how much is

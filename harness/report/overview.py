@@ -189,7 +189,7 @@ def other_flags(cfg: dict[str, str]) -> dict[str, str]:
 
 
 def _flag_text(name: str, value: str) -> str:
-    from harness.engine.config import SPECS
+    from harness.engine import SPECS
 
     spec = next((s for s in SPECS if s.name == name), None)
     if spec is None:
@@ -201,7 +201,7 @@ def _flag_text(name: str, value: str) -> str:
 
 
 def _default(name: str) -> str | None:
-    from harness.engine.config import SPECS
+    from harness.engine import SPECS
 
     spec = next((s for s in SPECS if s.name == name), None)
     return None if spec is None else str(spec.shown(spec.default))
@@ -211,7 +211,7 @@ def differing(rows: list[Row]) -> list[list[str]]:
     """For each row, the flags that vary in its table set to other than the table's common base (a switch:
     its default state; a value: the one most rows have, a tie going to the default), as llama-bench shows
     only what varies; the other columns show the rest."""
-    from harness.engine.config import SPECS
+    from harness.engine import SPECS
 
     order = {s.name: i for i, s in enumerate(SPECS)}  # the flag table's order, unknown names last
     names = sorted(set().union(*(r.flags for r in rows)) if rows else [], key=lambda n: (order.get(n, 999), n))

@@ -6,11 +6,9 @@ MiB wasted per token. Pure over the folder's parsed metrics."""
 from __future__ import annotations
 
 import math
-import re
 
+from harness.formats.metrics_csv import early_router_recall
 from harness.report.collect import CampaignData
-
-_L = re.compile(r"predict_agree_l(\d+)$")
 
 
 def _chance(meta: dict[str, str]) -> float:
@@ -39,14 +37,13 @@ def recall_section(data: CampaignData) -> list[str]:
                 s = r.metrics.summary()
             except ValueError:  # a summary field that is not a number: the audit names the run
                 continue
-            if s.get("predict_agree", -1) < 0:
+            whole, layers, waste = early_router_recall(s)
+            if whole is None:
                 continue
-            allv.append(s["predict_agree"])
-            for k, v in s.items():
-                hit = _L.match(k)
-                if hit and v >= 0:
-                    per.setdefault(int(hit.group(1)), []).append(v)
-            wasted += max(s.get("prefetch_wasted_mib", 0.0), 0.0)
+            allv.append(whole)
+            for la, v in layers.items():
+                per.setdefault(la, []).append(v)
+            wasted += waste
             tokens += len(r.metrics.rows)
             chance = _chance(r.metrics.meta)
         if allv:

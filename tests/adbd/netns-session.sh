@@ -28,9 +28,18 @@ mkdir -p /data/local/tmp
 chmod 1777 /data/local/tmp
 
 log="${BMOE_TEST_ADBD_LOG:-${TMPDIR:-/tmp}/bmoe-test-adbd.$$.log}"
-# the device side: cwd /, a small PATH, like an Android shell
-(cd / && exec env -i ADBD_PORT="$PORT" PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/ "$BMOE_TEST_ADBD") \
-    >"$log" 2>&1 </dev/null &
+# the device side: cwd /, a small PATH, like an Android shell. With BMOE_TEST_DEVICE_PROFILE=DIR (a profile
+# written by `python -m tests.helpers.device_profile DIR`) adbd runs in a mount namespace of its own with the
+# profile laid over /sys and its dumpsys on PATH (device-profile.sh; /data stays this session's); without it,
+# the device is this Linux as it is, which the tests of tests/bench/test_adb.py expect.
+here="$(cd "$(dirname "$0")" && pwd)"
+launch=("$BMOE_TEST_ADBD")
+if [ -n "${BMOE_TEST_DEVICE_PROFILE:-}" ]; then
+    launch=(unshare --mount --propagation private -- "$here/device-profile.sh" "$BMOE_TEST_DEVICE_PROFILE"
+            "$BMOE_TEST_ADBD")
+fi
+(cd / && exec env -i ADBD_PORT="$PORT" PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/ BMOE_PROFILE_DATA_MB=0 \
+    "${launch[@]}") >"$log" 2>&1 </dev/null &
 adbd_pid=$!
 cleanup() {
     "$BMOE_TEST_ADB" kill-server >/dev/null 2>&1 || true

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,22 @@ def test_merge_refuses_another_plan_a_changed_file_and_a_shard_twice(runs, tmp_p
     with pytest.raises(MergeError, match="already exists and is not an empty folder"):
         merge_folders([s1, s2], out)
     assert (out / "x").read_text() == "mine"
+
+
+def test_merge_checks_a_shard_where_it_lies_before_copying_anything(runs, tmp_path):
+    """A crafted shard: a sparse 200 GB file in a run's folder (not in its manifest). It is refused in one line
+    from its size, before any copy (the copy would have written 200 GB), and --out is never made."""
+    d, p, _, s1, s2 = runs
+    bad = tmp_path / "bad"
+    shutil.copytree(s2, bad)
+    with (bad / "runs" / "r02-c01" / "huge.bin").open("wb") as f:
+        f.truncate(200 * 10**9)
+    out = tmp_path / "m"
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=r"huge\.bin.*larger than") as e:
+        merge_folders([s1, bad], out)
+    assert time.monotonic() - t0 < 30 and "\n" not in str(e.value)
+    assert not out.exists()
 
 
 def test_shards_from_two_machines_keep_their_machine_and_the_report_tests_it(runs, tmp_path):

@@ -1,12 +1,16 @@
 """What a streamed bmoe run imports before its first token leaves out the packages it does not use (pandas: the
 metrics CSV is only written; pydantic: replies of --prompts-file only), measured in a fresh interpreter by
-harness.memcap.imports (bench-data/2026-12-03-mincap: each one is memory a capped engine holds for nothing)."""
+harness.memcap.imports (bench-data/2026-12-03-mincap: each one is memory a capped engine holds for nothing); and the
+engine's facade (harness/engine/__init__.py) loads nothing until a name of it is asked for, each from its home."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +52,28 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+def test_importing_the_facade_loads_no_engine_module_and_no_third_party_package():
+    code = ("import sys, harness.engine\n"
+            "print(sorted(m for m in sys.modules if m.startswith('harness') or m.split('.')[0] in "
+            "('numpy', 'llama_cpp', 'pandas', 'pydantic', 'gguf', 'jinja2', 'yaml')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['harness', 'harness.engine']"
+
+
+def test_every_name_the_facade_exports_is_its_home_s():
+    import harness.engine as facade
+
+    assert sorted(facade.__all__) == sorted(facade._EXPORTS)
+    tree = ast.parse(Path(facade.__file__).read_text(encoding="utf-8"))
+    typing_homes = {a.asname or a.name: node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                    and node.module and node.module.startswith("harness.engine.") for a in node.names}
+    assert typing_homes == facade._EXPORTS  # the TYPE_CHECKING imports say the same homes
+    for name, home in facade._EXPORTS.items():
+        assert getattr(facade, name) is getattr(importlib.import_module(home), name)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        facade.no_such_name  # noqa: B018
+    with pytest.raises(ImportError):
+        from harness.engine import ExpertCachee  # noqa: F401
+

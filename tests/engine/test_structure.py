@@ -1,9 +1,12 @@
 """The import structure of harness/: no cycle between files or between subpackages, harness/formats
 imports nothing from harness/ but harness.errors, the engine's layers import nothing above them (the order
-declared in harness/engine/__init__.py), every engine subpackage says its job, and no module is over 400
-lines; and in tests/, no module imports a test module or a conftest.py (shared code lives in tests/helpers/, shared
-fixtures in a conftest.py). Imports are read with `ast` from every module, those inside functions included (a lazy
-import hides a cycle from Python, not from this test)."""
+declared in harness/engine/__init__.py), every engine package, nested ones too, and every other package that has a
+"May import" list imports only its own modules and what its list names, the harness imports from the engine only what
+`harness.engine` exports (tests/helpers/import_rules.py), every engine subpackage says its job, and no module is
+over 400 lines; no C module of harness/engine/native includes or calls another in a cycle (tests/helpers/
+c_includes.py); and in tests/, no module imports a test module or a conftest.py (shared code lives in tests/helpers/,
+shared fixtures in a conftest.py). Imports are read with `ast` from every module, those inside functions included (a
+lazy import hides a cycle from Python, not from this test; tests/helpers/import_graph.py)."""
 
 from __future__ import annotations
 
@@ -12,141 +15,23 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.c_includes import c_import_graph
+from tests.helpers.import_graph import cycles, explain, import_graph, package_graph, subpackage
+from tests.helpers.import_rules import facade_violations, may_import_violations
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def modules(root: Path, package: str = "harness") -> dict[str, Path]:
-    """Dotted module name -> file, for every .py under root/package (a package is its __init__.py)."""
-    out = {}
-    for p in sorted((root / package).rglob("*.py")):
-        parts = list(p.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = p
-    return out
-
-
-def _imported(node: ast.AST, module: str, is_pkg: bool) -> list[str]:
-    """The dotted names one import statement brings in (`from a import b` gives a.b and a)."""
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names]
-    if not isinstance(node, ast.ImportFrom):
-        return []
-    base = node.module or ""
-    if node.level:  # relative: from the module's package, up level - 1 more
-        pkg = module.split(".") if is_pkg else module.split(".")[:-1]
-        pkg = pkg[: len(pkg) - (node.level - 1)]
-        base = ".".join(pkg + ([node.module] if node.module else []))
-    return [f"{base}.{a.name}" for a in node.names] + [base]
-
-
-def import_graph(root: Path, package: str = "harness") -> dict[str, set[str]]:
-    """module -> the modules of `package` it imports anywhere in its body."""
-    mods = modules(root, package)
-
-    def owner(name: str) -> str | None:  # the module a dotted name lives in
-        while name and name not in mods:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, set[str]] = {}
-    for m, path in mods.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        deps: set[str] = set()
-        for node in ast.walk(tree):
-            names = _imported(node, m, path.name == "__init__.py")
-            if isinstance(node, ast.ImportFrom):  # `from a import b`: module a.b if it is one, else a
-                full, base = names[:-1], names[-1]
-                hits = [owner(n) for n in full if n in mods]
-                deps.update(h for h in hits if h) if hits else deps.add(owner(base) or "")
-            else:
-                deps.update(o for o in map(owner, names) if o)
-        graph[m] = {d for d in deps if d and d != m and d.startswith(package)}
-    return graph
-
-
-def subpackage(module: str) -> str:
-    """harness.engine.cache.expert_cache -> harness.engine; a top-level module (harness.errors) is its own node."""
-    return ".".join(module.split(".")[:2])
-
-
-def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for m, deps in graph.items():
-        s = subpackage(m)
-        out.setdefault(s, set()).update(subpackage(d) for d in deps if subpackage(d) != s)
-    return out
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle (a -> b -> ... -> a) per strongly connected component of more than one node."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    comps: list[set[str]] = []
-
-    def visit(v: str) -> None:  # Tarjan; the graphs here are small enough to recurse
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = set()
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.add(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                comps.append(comp)
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return [_a_cycle(graph, comp) for comp in comps]
-
-
-def _a_cycle(graph: dict[str, set[str]], comp: set[str]) -> list[str]:
-    """The shortest path from the component's first node back to itself, inside the component."""
-    start = min(comp)
-    paths = {start: [start]}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for v in frontier:
-            for w in sorted(graph.get(v, ())):
-                if w == start:
-                    return paths[v] + [start]
-                if w in comp and w not in paths:
-                    paths[w] = paths[v] + [w]
-                    nxt.append(w)
-        frontier = nxt
-    raise AssertionError(f"{sorted(comp)} is not strongly connected")
-
-
-def _explain(kind: str, found: list[list[str]]) -> str:
-    """One line per tangle: a cycle through it (break every cycle among those modules, not just this one)."""
-    return f"import cycles between {kind}:\n" + "\n".join("  " + " -> ".join(c) for c in found)
-
 
 GRAPH = import_graph(REPO)
 
 
 def test_no_import_cycle_between_files():
     found = cycles(GRAPH)
-    assert not found, _explain("files", found)
+    assert not found, explain("files", found)
 
 
 def test_no_import_cycle_between_subpackages():
     found = cycles(package_graph(GRAPH))
-    assert not found, _explain("subpackages", found)
+    assert not found, explain("subpackages", found)
 
 
 def test_formats_import_nothing_above_them():
@@ -199,6 +84,34 @@ def test_engine_subpackages_say_their_job_and_what_they_may_import():
             continue
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
         assert doc and "May import" in doc, f"{init.relative_to(REPO)}: say the package's job and what it may import"
+
+
+def test_every_package_imports_only_what_its_list_names():
+    from harness.engine import LAYERS
+
+    bad = may_import_violations(REPO, LAYERS)
+    assert not bad, ("an engine package's imports and its 'May import' list disagree (change the import, or the list "
+                     "if the package may now import it):\n  " + "\n  ".join(bad))
+
+
+# deep imports of the engine the harness may still make, each for a reason: bookkeeping's worker also runs against
+# another checkout of the package (`bmoe-bench replay-cost --against`), which may be from before the facade
+BEFORE_THE_FACADE = {"harness.replay.bookkeeping": {"harness.engine.cache.expert_cache.ExpertCache",
+                                                    "harness.engine.cache.ExpertCache"}}
+
+
+def test_the_harness_imports_only_what_the_engine_exports():
+    import harness.engine
+
+    bad = facade_violations(REPO, set(harness.engine.__all__), BEFORE_THE_FACADE)
+    assert not bad, ("the harness imports from the engine only `from harness.engine import NAME`, NAME in "
+                     "harness.engine.__all__ (export it there if the harness needs it):\n  " + "\n  ".join(bad))
+
+
+def test_no_cycle_between_the_c_sources():
+    found = cycles(c_import_graph(REPO / "harness" / "engine" / "native"))
+    assert not found, explain("C modules of harness/engine/native (a source and its same-named header; one includes "
+                              "or calls the other: tests/helpers/c_includes.py)", found)
 
 
 MAX_LINES = 400
@@ -281,3 +194,87 @@ def test_test_import_checker_names_each_import_of_a_test_module_or_conftest(tmp_
     assert imports_of_test_modules(import_graph(tmp_path, "tests")) == [
         "tests.a.test_one imports tests.b.test_two", "tests.a.test_three imports tests.b.conftest",
         "tests.helpers.h imports tests.b.test_two"]
+
+
+def test_may_import_checker_reads_each_package_list_and_names_each_import_off_it(tmp_path: Path):
+    files = {
+        "harness/__init__.py": "",
+        "harness/errors.py": "",
+        "harness/kld.py": "",
+        "harness/engine/__init__.py": '"""May import: harness.errors."""\n',
+        "harness/engine/io/__init__.py": '"""Reads.\n\nMay import: harness.errors (its errors). Nothing else."""\n',
+        "harness/engine/io/reader.py": "from harness.errors import E\nfrom . import lanes\n",
+        "harness/engine/io/lanes.py": "def f():\n    import harness.kld\n",  # lazy, and not on io's list
+        "harness/engine/cache/__init__.py": '"""May import: io.reader, harness.errors."""\n',
+        "harness/engine/cache/budget.py": "from harness.engine.io.lanes import f\n"
+                                          "from harness.engine.io import reader\n",
+        "harness/engine/cache/policies/__init__.py": '"""Policies: no list."""\nfrom ..budget import x\n',
+        "harness/engine/run/__init__.py": '"""May import: everything below."""\n',
+        "harness/engine/stream/__init__.py": '"""May import: cache, nosuch."""\n',
+        "harness/engine/native/__init__.py": '"""May import: cache (a layer above)."""\n',
+        "harness/hub/__init__.py": '"""Outside the engine.\n\nMay import: harness.errors, requests."""\n',
+        "harness/hub/pull.py": "import requests\nfrom harness.errors import E\nfrom harness.kld import kl\n",
+        "harness/other/__init__.py": '"""No list: not checked."""\n',
+        "harness/other/a.py": "import harness.kld\n",
+    }
+    for name, text in files.items():
+        f = tmp_path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    bad = may_import_violations(tmp_path, ("native", "io", "cache", "stream", "run"))
+    assert sorted(bad) == sorted([
+        "harness/engine/native/__init__.py: 'May import' names harness.engine.cache, a layer above "
+        "harness.engine.native",
+        "harness/engine/cache/policies/__init__.py: no 'May import:' line",
+        "harness/engine/run/__init__.py: cannot read 'everything below' in 'May import: everything below' (write "
+        "names separated by commas)",
+        "harness/engine/stream/__init__.py: 'May import: cache, nosuch' names 'nosuch': no such module or package",
+        "harness.engine.io.lanes imports harness.kld: not on harness.engine.io's 'May import' list "
+        "(harness/engine/io/__init__.py)",
+        "harness.engine.cache.budget imports harness.engine.io.lanes.f: not on harness.engine.cache's 'May import' "
+        "list (harness/engine/cache/__init__.py)",
+        "harness.hub.pull imports harness.kld.kl: not on harness.hub's 'May import' list (harness/hub/__init__.py)"])
+
+
+def test_c_checker_sees_a_cycle_through_a_header_and_a_call(tmp_path: Path):
+    files = {
+        "a.h": "#include <stdint.h>\ntypedef struct { int n; } a_t;\nint b_go(a_t *x);  /* b.c */\n",
+        "a.c": '#include "a.h"\nstatic int helper(void) { return 1; }\nint a_run(a_t *x) {\n    return b_go(x);\n}\n',
+        "b.c": '#include "a.h"  /* a.h is a.c\'s: a cycle */\nint b_go(a_t *x)\n{\n    return x->n; /* a_run( */\n}\n',
+        "c.c": 'void *mmap(void *p) { return p; }  /* declared nowhere here: no call edge */\n'
+               'int c_main(void) { const char *s = "b_go("; return mmap(0) != 0 && s; }\n',
+        "d.c": "int a_run(void *x);\nint d_main(void) { return a_run(0); }\n",  # declared in d.c itself
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    g = c_import_graph(tmp_path)
+    assert g == {"a": {"b"}, "b": {"a"}, "c": set(), "d": {"a"}}
+    assert cycles(g) == [["a", "b", "a"]]
+    (tmp_path / "a.h").rename(tmp_path / "shared.h")  # the shared declarations under a name of their own
+    for name in ("a.c", "b.c"):
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace('"a.h"', '"shared.h"'))
+    g = c_import_graph(tmp_path)
+    assert g == {"a": {"shared", "b"}, "b": {"shared"}, "c": set(), "d": {"a"}, "shared": set()}
+    assert cycles(g) == []
+
+
+def test_facade_checker_names_each_harness_import_past_the_facade(tmp_path: Path):
+    files = {
+        "harness/__init__.py": "",
+        "harness/engine/__init__.py": "",
+        "harness/engine/io/__init__.py": "",
+        "harness/engine/io/reader.py": "from harness.engine.io import lanes\n",  # the engine itself: not checked
+        "harness/probe.py": "from harness.engine import SliceReader\nfrom harness.engine.io.reader import PAGE\n",
+        "harness/replay/__init__.py": "",
+        "harness/replay/old.py": "def f():\n    from harness.engine.io import reader\n    import harness.engine.io\n",
+        "harness/other.py": "from harness import engine\nfrom harness.engine import Secret, SliceReader\n",
+    }
+    for name, text in files.items():
+        f = tmp_path / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    bad = facade_violations(tmp_path, {"SliceReader"}, {"harness.replay.old": {"harness.engine.io.reader"}})
+    assert bad == ["harness.other imports harness.engine", "harness.other imports harness.engine.Secret",
+                   "harness.probe imports harness.engine.io.reader.PAGE",
+                   "harness.replay.old imports harness.engine.io"]
+

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.load import slowdown
 from tests.helpers.runner import BENCH, engine
 from tests.helpers.stall_server import StallServer, wait_accepted
 
@@ -36,16 +36,6 @@ def bench(*args: object, server: StallServer, timeout: float = 300) -> tuple[sub
             p.kill()
             p.communicate()
     return subprocess.CompletedProcess(args, p.returncode, out, err), time.monotonic() - t0
-
-
-def slowdown() -> float:
-    """How much slower than its CPU time a process of this priority runs here now (1 on an idle machine): a
-    loaded machine cannot give the 2 s the command is allowed in 2 s of wall time, so the bound scales by it."""
-    p = subprocess.run([sys.executable, "-c", "import time\nw, c = time.monotonic(), time.process_time()\n"
-                        "while time.process_time() - c < 0.1: pass\n"
-                        "print((time.monotonic() - w) / (time.process_time() - c))"],
-                       capture_output=True, text=True, timeout=300)
-    return max(1.0, float(p.stdout))
 
 
 def _no_traceback(r: subprocess.CompletedProcess) -> None:
@@ -75,7 +65,7 @@ def test_devices_of_one_server_that_hangs_is_one_error_line(mode):
     assert took < 60
 
 
-def _fleet(tmp_path: Path, server: str) -> Path:
+def _fleet(tmp_path: Path, server: str, extra: str = "") -> Path:
     exe = engine(tmp_path)
     model = tmp_path / "model.bin"
     model.write_bytes(b"\0" * 4096)
@@ -94,7 +84,7 @@ def _fleet(tmp_path: Path, server: str) -> Path:
         fleet: {{use: spread, device_grace_s: 300}}
         targets:
           - {{serial: "emulator-5554", server: "{server}", label: a}}
-        """))
+        """) + extra)
     return p
 
 
@@ -109,6 +99,23 @@ def test_a_fleet_whose_server_never_answers_stops_in_one_line(tmp_path):
     assert "no device of the fleet can be used" in errs[0] and f"adb server {s.address} stalled" in errs[0]
     assert took < 60  # not the 300 s of device_grace_s
     assert not (tmp_path / "bd").exists() or not any((tmp_path / "bd").iterdir())
+
+
+def test_the_campaign_sets_the_device_timeout_and_the_command_overrides_it(tmp_path):
+    """`device_timeout_s: 4` in the campaign bounds the stalled server as --device-timeout 4 does (a 2 s stall,
+    not the default 15 s); a command's --device-timeout wins over it."""
+    with StallServer("stall") as s:
+        p = _fleet(tmp_path, s.address, "device_timeout_s: 4\n")
+        r, took = bench("run", p, "--out", tmp_path / "bd", server=s)
+    _no_traceback(r)
+    errs = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+    assert r.returncode == 2 and len(errs) == 1, r.stderr
+    assert f"adb server {s.address} stalled: accepted the connection and answered nothing for 2 s" in errs[0], errs
+    assert "a campaign's device_timeout_s sets the bound" in errs[0] and took < 60
+    with StallServer("stall") as s:
+        p = _fleet(tmp_path, s.address, "device_timeout_s: 4\n")
+        r, _ = bench("run", p, "--out", tmp_path / "bd2", "--device-timeout", "6", server=s)
+    assert "answered nothing for 3 s" in r.stderr, r.stderr
 
 
 def _sigterm_within_2s(argv: list[object], server: StallServer) -> subprocess.CompletedProcess:

@@ -1,7 +1,8 @@
 """A lab on loopback for the fleet tests, inside tests/adbd/run-adb-tests.sh's private network namespace:
 real adbd devices, each in its own mount namespace with its own /data (devices do not share storage, as
 phones do not), and real adb servers (`adb -a -P PORT server nodaemon`, the adbutils wheel's adb), each
-device connected to one server. A test kills and restarts devices and servers as a lab loses them.
+device connected to one server. A test kills and restarts devices and servers as a lab loses them. A device may
+have a device profile (thermal zones, cpufreq, dumpsys: tests/helpers/device_profile.py).
 
 Also the engine those devices run: a POSIX sh script writing a bmoe_metrics v2 CSV (--ms: per-token ms,
 --sleep: seconds per token of real time, so a device can be lost mid-run)."""
@@ -84,6 +85,7 @@ class Lab:
         self.devices: dict[int, subprocess.Popen] = {}
         self.servers: dict[int, subprocess.Popen] = {}
         self.attached: dict[int, int] = {}  # device port -> server port
+        self.profiles: dict[int, Path] = {}  # device port -> its profile (tests/helpers/device_profile.py)
 
     def start_server(self, port: int) -> None:
         self.servers[port] = subprocess.Popen([self.adb, "-a", "-P", str(port), "server", "nodaemon"],
@@ -96,11 +98,21 @@ class Lab:
         p.kill()
         p.wait()
 
-    def start_device(self, port: int, server: int) -> str:
-        """An adbd on 127.0.0.1:port, attached to the server at `server`; its serial."""
+    def start_device(self, port: int, server: int, profile: Path | None = None) -> str:
+        """An adbd on 127.0.0.1:port, attached to the server at `server`; its serial. With `profile` (a
+        tests/helpers/device_profile.py tree), the device has that profile laid over its /sys and its dumpsys on
+        PATH (tests/adbd/device-profile.sh, which also gives it its own /data); a restarted device keeps it."""
         env = {"ADBD_PORT": str(port), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/"}
+        if profile is not None:
+            self.profiles[port] = profile
+        profile = self.profiles.get(port)
+        if profile is None:
+            argv = ["sh", "-c", _DEVICE, self.adbd]
+        else:
+            env["BMOE_PROFILE_DATA_MB"] = "128"
+            argv = [str(Path(__file__).resolve().parent.parent / "adbd" / "device-profile.sh"), str(profile), self.adbd]
         self.devices[port] = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _DEVICE, self.adbd],
+            ["unshare", "--mount", "--propagation", "private", "--", *argv],
             cwd="/", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_port(port)
         self.attached[port] = server

@@ -57,6 +57,22 @@ def test_reader_errors_are_one_line():
         parse_metrics("# bmoe_metrics v3\nstep,wall_ms\n1,2\n", "x.csv")
 
 
+def test_the_streamed_read_sees_what_the_whole_text_gives(tmp_path):
+    """read_metrics streams the file into pandas (comments taken on the way): the same table, preamble, summaries
+    and cut-row verdict as parsing the whole text, for committed files of both engines and for a cut last row,
+    a comment between rows and blank lines."""
+    repo = Path(__file__).resolve().parents[2]
+    files = [SHARED / "qwen.metrics", *sorted(repo.glob("bench-data/2026-11-30-demo/runs/*/metrics.csv"))[:2]]
+    text = ("# bmoe_metrics v2\n# engine=bmoe\n" f"{COLS}\n1,2,100.0,-1,90.0,0,-1,-1,-1,3,50.0\n\n"
+            "# summary decode_tok_s=1 n_decode=1\n2,2,50.0,-1,45.0,0,-1,-1,-1,0,40.0\n3,2,50.0,-1")
+    (tmp_path / "cut.csv").write_text(text)
+    for f in [*files, tmp_path / "cut.csv"]:
+        a, b = read_metrics(f), parse_metrics(f.read_text(), str(f))
+        assert a.rows.equals(b.rows) and (a.format, a.meta, a.summaries) == (b.format, b.meta, b.summaries), f
+        assert a.cut_last_row == b.cut_last_row == (f.name == "cut.csv"), f
+    assert len(read_metrics(tmp_path / "cut.csv").summaries) == 1
+
+
 # ---- a campaign folder written by hand, with known answers -------------------------------------------------
 
 def two_cell_folder(tmp_path, **kw):

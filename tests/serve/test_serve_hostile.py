@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from harness.synth import ModelSpec, make_model
+from tests.helpers.load import slowdown
 from tests.helpers.serve import Server
 
 pytestmark = pytest.mark.engine
@@ -235,16 +236,20 @@ def test_sigterm_at_every_point_exits_within_2_s(model, tmp_path, point):
         t.join(timeout=30)
         r = t.got[0]  # type: ignore[attr-defined]
         assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down", r.text
-    assert took < 2.0, took
+    assert took < 2.0 * slowdown(), took  # 2 s on an idle machine, scaled by how busy this one is now
     if kid is not None:
         assert _wait(lambda: not os.path.exists(f"/proc/{kid}"), 60), "the tokenizer outlived its server"
 
 
+@pytest.mark.parametrize("watch", ["compiled", "thread"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_model_truncated_under_the_plain_mmap_server_answers_the_request_in_flight(tmp_path, stream):
+def test_a_model_truncated_under_the_plain_mmap_server_answers_the_request_in_flight(tmp_path, stream, watch):
+    """With the compiled SIGBUS handler, and with the pure-Python watcher (BMOE_MODEL_WATCH=thread, as without
+    the compiled helper): the request in flight gets its JSON 500, then exit 4."""
     m = tmp_path / "m.gguf"
     make_model(m, ModelSpec(seed=16))
-    s = Server(m, tmp_path, "-c", "4096")  # plain mmap: the truncation is a SIGBUS in llama.cpp's compute threads
+    env = {"BMOE_MODEL_WATCH": watch} if watch == "thread" else None
+    s = Server(m, tmp_path, "-c", "4096", env=env)  # plain mmap: the truncation is a SIGBUS in llama.cpp's threads
     t = _in_thread(s.url, {"prompt": "go", "max_tokens": 4000}, stream)
     assert _wait(lambda: s.health()["running_tokens"] >= 1, 300)
     os.truncate(m, m.stat().st_size // 3)
@@ -285,7 +290,7 @@ def test_sigterm_with_clients_whose_bodies_never_come_exits_within_2_s(model, tm
     took = time.monotonic() - t0
     err = s.stderr()
     print(f"\nSIGTERM with 3 stalled bodies: exit {rc} {took:.2f} s after the signal")
-    assert rc == 0 and took < 2.0, (rc, took, err)
+    assert rc == 0 and took < 2.0 * slowdown(), (rc, took, err)
     assert not any(c in err for c in CRASH), err
     for c in slow:
         c.settimeout(5)

@@ -14,7 +14,8 @@ count, token cycle) happen at load (`validate_for_model`, `cache.budget.plan_cac
 `python -m harness.engine.config --readme-table` prints the README's flag table;
 `--update-readme README.md` rewrites it in place.
 
-May import: model, io, cache (the policy names, dense-weight modes, the budget's inputs).
+May import: model, io (the dense-weight modes), cache (the policy names, the budget's inputs), guess (the draft
+limits), harness.errors, harness.readme_block (the README's flag table).
 """
 
 from harness.engine.config.fields import SPECS, EngineConfig, Flag, Spec, build_parser

@@ -1,5 +1,5 @@
 """Guess-ahead: prompt lookup (`--ngram`), the model's own MTP head (`--mtp`), and whether this llama.cpp decodes
 a verify batch bit-exactly.
 
-May import: model, io.
+May import: model, io, harness.errors, harness.formats.
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +148,15 @@ EXIT_MODEL_CHANGED = 4  # the exit status when a model file changed or failed un
 _WATCH: list[object] = []  # what must stay alive for the life of the process (fds, names, the thread)
 
 
+_DEFER: list[tuple[Callable[[str], None], float]] = []
+
+
+def defer_changes(handler: Callable[[str], None], grace_s: float) -> None:
+    """The pure-Python watcher (below), on a change, calls handler(why) from its thread and gives it grace_s
+    seconds before it exits (the compiled handler's equivalent: serve.process.defer_model_faults)."""
+    _DEFER[:] = [(handler, grace_s)]
+
+
 def watch_model_files(paths: list[Path], code: int = EXIT_MODEL_CHANGED, *, compiled: bool = True) -> str:
     """Make a model file truncated or replaced under the running engine one line on stderr and exit status
     `code`, instead of a silent SIGBUS (exit 135) when the engine touches its mapping past the new end.
@@ -188,6 +197,10 @@ def watch_model_files(paths: list[Path], code: int = EXIT_MODEL_CHANGED, *, comp
         _WATCH.extend([r, w])
 
     def say(why: str) -> None:
+        if _DEFER:  # a server answers its request in flight first (defer_changes), then exits
+            handler, grace_s = _DEFER[0]
+            handler(why)
+            time.sleep(grace_s)
         os.write(2, f"bmoe: error: {why}; do not change a model file while it runs: restore it and run "
                     f"again\n".encode())
         os._exit(code)

@@ -256,6 +256,12 @@ class SliceReader:
         except OSError:
             pass  # advisory only
 
+    def drop_cached_pages(self) -> None:
+        """Drop the files' pages from the page cache (fadvise DONTNEED on every buffered descriptor): buffered reads
+        then come from the storage again (the storage probe's, when O_DIRECT was refused)."""
+        for fd in self.fd_buf.values():
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
     def submit(self, path: Path, file_pos: int, length: int, addr: int, tag: int | None = None) -> Future:
         """`tag`: the recorder's id for this read (--io-trace), or None."""
         if self._c is not None:

@@ -13,7 +13,7 @@
  * This file: the lanes themselves (new, the lane threads, one read into place, close, the tests' hold jobs);
  * clanes_groups.c: a group of reads from submit to release (queue, promote, withdraw, cancel, collect).
  */
-#include "clanes.h"
+#include "clanes_common.h"
 
 #include <stdio.h>
 

@@ -1,7 +1,7 @@
 /* Groups of reads on the read lanes (clanes.c): built and queued (submit, submit_groups, the registered tensors'
  * submit_layer), promoted, withdrawn or cancelled while queued, waited for and read back (collect, detail),
  * released. Every queue change holds the lanes' mutex, as in clanes.c. */
-#include "clanes.h"
+#include "clanes_common.h"
 
 /* wake as many idle lanes as can take work now (a woken lane that cannot take a job only costs a switch) */
 static void wake(lanes_t *L, int n, int spec) {

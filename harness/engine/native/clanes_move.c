@@ -6,7 +6,7 @@
  * needs of its destination and which traps nothing (no page is ever write-protected; a missing page faults as
  * before). The list holds at most `cap` bytes (the page releaser's batch, which the memory cgroup check counts) in at
  * most `max_attached` ranges; an eviction beyond that is released with MADV_DONTNEED, as without the pool. */
-#include "clanes_pool.h"
+#include "clanes_pool_common.h"
 
 #include <fcntl.h>
 #include <linux/userfaultfd.h>

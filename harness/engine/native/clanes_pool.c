@@ -13,7 +13,7 @@
  * plain anonymous pages as without the pool (counted as a fallback); its release is then MADV_DONTNEED. Boundary
  * pages shared with a neighbouring slice are never part of a chunk. Every call holds the pool's mutex except the
  * mmap itself. */
-#include "clanes_pool.h"
+#include "clanes_pool_common.h"
 
 static freelist_t *list_of(pool_t *P, int64_t cls, int create) {
     for (int i = 0; i < P->nfl; i++)

@@ -16,7 +16,8 @@
 - A model file truncated or replaced under the running server (a SIGBUS in its mapping, harness.engine.io.lazymap):
   the compiled handler parks the faulting thread and wakes the event loop, which answers the request in flight a
   JSON 500 naming the file and the others 503, then exits 4 with the handler's line (the handler itself exits 4
-  after FAULT_GRACE_MS if the event loop cannot answer).
+  after FAULT_GRACE_MS if the event loop cannot answer). Without the compiled helper (or BMOE_MODEL_WATCH=thread)
+  the pure-Python watcher does the same through lazymap.defer_changes.
 """
 
 from __future__ import annotations
@@ -160,6 +161,14 @@ def serve(engine: Engine, flags: ServeFlags, sock: socket.socket) -> int:
             worker.fail(f"{faults[0]}; restore it and restart the server")
             server.should_exit = True
 
+    def model_changed(why: str) -> None:  # on the event loop, from the pure-Python watcher (no compiled helper)
+        if not faults:
+            faults.append(why)
+            worker.fail(f"{why}; restore it and restart the server")
+            server.should_exit = True
+
+    lazymap.defer_changes(lambda why: loops[0].call_soon_threadsafe(model_changed, why) if loops else None,
+                          FAULT_GRACE_MS / 1000)
     door = door_of(flags.host, flags.allow_hosts, flags.max_body_kb, flags.api_key)
     config = uvicorn.Config(Guard(app, door), log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=GRACE_S)  # type: ignore[arg-type] - a float works

@@ -96,7 +96,7 @@ class StreamHook(RouteStage, TapStage):
         self.error: BaseException | None = None
         self.counters = TokenCounters()
         self.k_effective: int | None = None
-        self.phase = 0  # set by whoever drives tokens (the token loop, fidelity): 0 prefill, 1 decode
+        self.phase = 0  # set by the generation driver (run/token_loop.py, run/fidelity.py): 0 prefill, 1 decode
         self.decode_index = -1
         self.taps: list[Tap] = []  # called with each layer's MoE input (see the module docstring)
         want_weights = record_routes or drop is not None or drop_replay is not None

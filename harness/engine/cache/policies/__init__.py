@@ -14,6 +14,8 @@ ones. `offline` policies (belady) need the future access sequence (`prepare_offl
 the engine refuses them (`make_policy`). `native` picks the compiled helper (harness/engine/native/_policyc: the
 heaps, the aged core, the Markov arithmetic) when it is built, else the pure-Python reference; both take
 the same decisions (BMOE_PURE_PYTHON_POLICIES=1 forces the reference).
+
+May import: native (the compiled helper). Nothing else of the engine: the cache above uses them.
 """
 
 from __future__ import annotations

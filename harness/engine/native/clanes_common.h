@@ -1,7 +1,10 @@
 /* The read lanes' shared declarations (clanes.c: the lanes and their threads; clanes_groups.c: groups of reads,
- * from submit to release). One library, harness.engine.native._clanes, loaded with ctypes. */
-#ifndef BMOE_CLANES_H
-#define BMOE_CLANES_H
+ * from submit to release). One library, harness.engine.native._clanes, loaded with ctypes. Named after no source file:
+ * a file that includes it depends on these declarations, not on clanes.c (which calls clanes_groups.c; a header named
+ * clanes.h would be clanes.c's, and its includers and clanes.c would depend on each other: tests/engine/
+ * test_structure.py refuses a cycle of C files). */
+#ifndef BMOE_CLANES_COMMON_H
+#define BMOE_CLANES_COMMON_H
 
 #define _GNU_SOURCE
 #include <errno.h>

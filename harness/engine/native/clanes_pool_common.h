@@ -1,9 +1,10 @@
 /* The page pool of --recycle-pages, shared by its two kinds (clanes_pool.c: the pool, the memfd kind and the calls the
- * lanes and the page releaser make; clanes_move.c: the move kind, UFFDIO_MOVE of an evicted slice's anonymous pages). */
-#ifndef BMOE_CLANES_POOL_H
-#define BMOE_CLANES_POOL_H
+ * lanes and the page releaser make; clanes_move.c: the move kind, UFFDIO_MOVE of an evicted slice's anonymous pages).
+ * Named after no source file, as clanes_common.h: clanes_pool.c calls clanes_move.c, which includes this. */
+#ifndef BMOE_CLANES_POOL_COMMON_H
+#define BMOE_CLANES_POOL_COMMON_H
 
-#include "clanes.h"
+#include "clanes_common.h"
 
 #include <sys/mman.h>
 
