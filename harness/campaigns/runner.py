@@ -33,6 +33,7 @@ from harness.campaigns.rounds import run_all
 from harness.campaigns.schema import Campaign
 from harness.campaigns.shard import Shard, rounds_text, shard_plan
 from harness.campaigns.validate import Plan, plan_campaign
+from harness.devices.timeouts import campaign_limits
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
 from harness.formats.hub_source import HubSource
@@ -53,7 +54,6 @@ from harness.formats.manifest import (
     removed_message,
     unhashed_runs,
 )
-from harness.link_timeouts import campaign_limits
 from harness.targets.base import Target
 
 M = TypeVar("M", bound=BaseModel)

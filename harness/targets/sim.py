@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
 from harness.targets.base import LineCallback, RunOutcome
 
-# a device's state, always roomy, with the keys a Linux host's sample has (harness.devstate)
+# a device's state, always roomy, with the keys a Linux host's sample has (harness.devices.state)
 SAMPLE = {"mem_total_mib": 8192.0, "mem_available_mib": 6144.0, "mem_free_mib": 5120.0, "cached_mib": 1024.0,
           "swap_free_mib": 0.0, "thermal": {}, "cpu_temp_c": None, "cpufreq": {}, "battery": None}
 
