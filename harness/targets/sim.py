@@ -1,5 +1,5 @@
-"""A simulated device for measuring the harness itself (`python -m harness.bench_sched`): a `Target` whose
-engine is no process at all. `run` waits `run_s` seconds (as the harness waits for an engine on a device,
+"""A simulated device for measuring the harness itself (`python -m harness.campaigns.fleet.bench_sched`): a `Target`
+whose engine is no process at all. `run` waits `run_s` seconds (as the harness waits for an engine on a device,
 without using a core), then writes the metrics CSV a real engine would (through harness.formats, `tokens`
 rows, per-token times seeded by the run's CSV name) and hands it back as fetched. Everything else the
 runner does for a run (the cooldown gate, state sampling, the model's sha256, committing the run folder with
