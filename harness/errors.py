@@ -9,7 +9,8 @@ its `exit_code` (a subtype may declare its own code, beside its reason). A messa
 
 `TraceFormatError` is no CLI error: the trace readers (formats.traces, formats.route_trace) raise it on a
 malformed file and turn it into a UserError naming the file.
-"""
+
+Stays at the root because every package raises these, harness/formats too (which may import nothing else)."""
 
 
 class BmoeError(Exception):
