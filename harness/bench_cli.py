@@ -1,6 +1,8 @@
 """`bmoe-bench`: the harness CLI. Each subcommand lives in its own module under harness/commands/
 and exposes `register(app)`; this file only wires them and turns an error (harness.errors) into one red line and its
-exit code."""
+exit code.
+
+Stays at the root because pyproject.toml's console script `bmoe-bench` names it (harness.bench_cli:main)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The README's `bmoe-bench` command table, generated from the typer app (harness.bench_cli) as the engine's flag
 table is from its declaration: `python -m harness.bench_doc --readme-table` prints it, `--update-readme README.md`
-rewrites it between its markers, and a test fails when the README's copy differs."""
+rewrites it between its markers, and a test fails when the README's copy differs.
+
+Stays at the root beside harness.bench_cli, whose app it documents (the README's marker names this path)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ engine's); anything else reaching `bmoe` is an internal error (exit 3, a traceba
 
 `TraceFormatError` is no CLI error: the trace readers (formats.traces, formats.route_trace) raise it on a
 malformed file and turn it into a UserError naming the file.
-"""
+
+Stays at the root because every package raises these, harness/formats too (which may import nothing else)."""
 
 
 class BmoeError(Exception):

@@ -6,7 +6,9 @@ SIGTERM that lands while `subprocess.Popen` forks the engine is raised inside lo
 (`_releaseLock`), printed as "Exception ignored", and the runner then waits for the engine forever (2 of 5
 tries in a stress loop). So the handler records the request, and raises at once unless the main thread is
 inside `Popen` starting a process (where it would be swallowed, or leave a half-started child); every loop
-that waits on a run calls `check()`, which raises it there, a fraction of a second later."""
+that waits on a run calls `check()`, which raises it there, a fraction of a second later.
+
+Stays at the root because devices/, targets/ and campaigns/ all call `check()` while they wait, below each of them."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ Differences from llama.cpp's figures, all deliberate:
 - llama.cpp's next-token probability of the base comes from the quantised row; here from float32.
 Everything else (mean and its standard error, percentiles with linear interpolation, median, same-top share and
 its binomial error, Δp mean, RMS and percentiles, no statistics below 100 positions) follows perplexity.cpp.
-"""
+
+Stays at the root because the engine (run/fidelity) and report/ both compute with it; it imports neither."""
 
 from __future__ import annotations
 

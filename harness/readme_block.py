@@ -1,6 +1,8 @@
 """A generated table in the README between two marker lines: finding it, and the small command that prints it
 or rewrites it in place (`--readme-table` / `--update-readme README.md`). Used by the engine's flag table
-(harness.engine.config.doc) and the bench command table (harness.bench_doc)."""
+(harness.engine.config.doc) and the bench command table (harness.bench_doc).
+
+Stays at the root because the engine's flag table and the bench command table both use it."""
 
 from __future__ import annotations
 

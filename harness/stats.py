@@ -37,7 +37,8 @@ of the time under normal, lognormal and drifting noise (spread 5% for h 5%, 10% 
 to agree stop early), so the rule reads the interval at 99% and a campaign that stopped once precise prints
 that one: the ratio held 95-98% (cells 94-100%) with spread 5% and 3%, h 5%, from 3 and 2 rounds, 1000
 trials a case.
-"""
+
+Stays at the root because campaigns/ (when to stop) and report/ (its intervals) use it; neither imports the other."""
 
 from __future__ import annotations
 

@@ -20,11 +20,11 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLA
 # the build tools pyproject.toml's [build-system] names go into the venv too: `bmoe-bench deploy` copies the harness's
 # own setuptools and wheel to a target and builds bmoe there without isolation (a venv's bundled setuptools 65 cannot
 # read pyproject.toml's license string)
-tools_ok() { .venv/bin/python -m harness.build_tools >/dev/null 2>&1; }
+tools_ok() { .venv/bin/python -m harness.deploy.build_tools >/dev/null 2>&1; }
 if ! .venv/bin/python -c 'import llama_cpp, harness' 2>/dev/null || [ pyproject.toml -nt .venv/.bmoe-installed ] || ! tools_ok; then
   echo "setup: installing dependencies (the first llama-cpp-python build takes ~10 minutes)" >&2
   # shellcheck disable=SC2046  # one argument per requirement (no spaces inside one)
-  .venv/bin/python -m pip install -q --upgrade pip $(.venv/bin/python -m harness.build_tools)
+  .venv/bin/python -m pip install -q --upgrade pip $(.venv/bin/python -m harness.deploy.build_tools)
   .venv/bin/python -m pip install -q -e '.[dev]'
   touch .venv/.bmoe-installed
 fi

@@ -1,10 +1,10 @@
 #!/bin/sh
 # Reproduces results.jsonl in this folder (from the repository root, the project's venv active). Each line: one
-# campaign on simulated devices (`python -m harness.bench_sched --help` says what it measures); findings.md reads
+# campaign on simulated devices (`python -m harness.campaigns.fleet.bench_sched --help` says what it measures); findings.md reads
 # them. About 15 minutes on 2 idle cores.
 set -e
 out=bench-data/2026-12-03-scheduler/results.jsonl
-b() { nice -n 19 ionice -c3 python -m harness.bench_sched --out "$out" "$@"; }
+b() { nice -n 19 ionice -c3 python -m harness.campaigns.fleet.bench_sched --out "$out" "$@"; }
 # the one-target runner, no engine time: the harness's own time per run, with the manifest written after every
 # run (as before store.ManifestSaver) and held back (after); lines 1-2 of results.jsonl were measured at commit
 # 30e5dd4, before the metrics CSV's faster NaN pass; the others (run in the order findings.md lists) at 0efbd2c

@@ -22,7 +22,7 @@ class Cell:
     name: str = ""  # the axis value's label; "" -> derived from what varies
     engine: str = ""  # its engine's label on the engines axis; "" with one engine
     setting: int = -1  # engines axis: the index of the same flags' cell of the reference engine (-1: none)
-    device: str = ""  # a compare fleet: its device's label (harness.campaigns.fleet); "" otherwise
+    device: str = ""  # a compare fleet: its device's label (harness.campaigns.fleet.devices); "" otherwise
 
     @property
     def label(self) -> str:

@@ -1,5 +1,5 @@
 """Choosing a campaign folder's way in, shared by a one-device campaign (harness.campaigns.runner) and a
-fleet one (harness.campaigns.fleet_run): a new folder made whole (campaign file, questions, manifest) or
+fleet one (harness.campaigns.fleet.run): a new folder made whole (campaign file, questions, manifest) or
 not at all; a folder resumed (its half-written run dropped, orphans adopted, failed runs reset on
 --retry-failed), said in one line; and the session that starts on it, recorded before its first run."""
 

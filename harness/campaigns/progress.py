@@ -27,7 +27,7 @@ def eta_text(durations: list[float], remaining: int, current_elapsed: float) -> 
 
 class Bars:
     """rich's bars on the console, live while the campaign runs (a `with` block): a one-device campaign's
-    (RunProgress) and a fleet's (harness.campaigns.fleet_progress)."""
+    (RunProgress) and a fleet's (harness.campaigns.fleet.progress)."""
 
     def __init__(self, console: Console):
         self.console = console

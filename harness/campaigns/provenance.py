@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.adb import file_sha256
-from harness.adb_shell import script
 from harness.campaigns.pagecache import model_files
-from harness.deploy_stamp import source_root
+from harness.deploy.stamp import source_root
+from harness.devices.parse import file_sha256
+from harness.devices.sh import script
 from harness.errors import UserError
 from harness.formats.campaign_fleet import DEFAULT_SERVER
 from harness.formats.manifest import DeviceFingerprint, EngineIdentity, Provenance
@@ -56,8 +56,8 @@ def local_sha256(p: Path) -> str:
 
 
 def adb_sha256(device, path: str, where: str = "adb") -> str:
-    """sha256 of a file on an adb device (harness.adb.Device) or an SSH machine (harness.sshlink.SshLink), by
-    its own sha256sum, cached under `where`:serial."""
+    """sha256 of a file on an adb device or an SSH machine (a harness.devices.remote.RemoteShell), by its own
+    sha256sum, cached under `where`:serial."""
     code, out, err = device.shell(script(_STAT_SCRIPT, path))
     parts = out.split()
     if code != 0 or len(parts) != 4 or not all(x.isdigit() for x in parts):

@@ -33,6 +33,7 @@ from harness.campaigns.rounds import run_all
 from harness.campaigns.schema import Campaign
 from harness.campaigns.shard import Shard, rounds_text, shard_plan
 from harness.campaigns.validate import Plan, plan_campaign
+from harness.devices.timeouts import campaign_limits
 from harness.errors import UserError
 from harness.formats.campaign import EngineSpec
 from harness.formats.hub_source import HubSource
@@ -53,7 +54,6 @@ from harness.formats.manifest import (
     removed_message,
     unhashed_runs,
 )
-from harness.link_timeouts import campaign_limits
 from harness.targets.base import Target
 
 M = TypeVar("M", bound=BaseModel)
@@ -267,7 +267,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
                  ) -> CampaignResult:
     """Run or resume a campaign. `overrides` (`--set KEY=VALUE`) are part of the plan: a folder resumes
     only with the same ones, in the same order. A fleet campaign (`targets:` or `fleet:`) goes to
-    harness.campaigns.fleet_run, its devices made by `fleet_target(FleetDevice)` (default: AdbTarget). `shard`: only
+    harness.campaigns.fleet.run, its devices made by `fleet_target(FleetDevice)` (default: AdbTarget). `shard`: only
     that shard's rounds (harness.campaigns.shard), in a folder of its own that has the whole plan's record and hash
     and resumes only as that shard."""
     console = console or Console(stderr=True)
@@ -279,7 +279,7 @@ def run_campaign(path: Path | str, *, root: Path = Path("bench-data"), console: 
 def _run_plan(plan: Plan, root: Path, console: Console, fresh: bool, retry_failed: bool, target: Target | None,
               fleet_target, shard: Shard | None) -> CampaignResult:
     if plan.campaign.targets is not None or plan.campaign.fleet is not None:
-        from harness.campaigns.fleet_run import Kit, run_fleet_campaign
+        from harness.campaigns.fleet.run import Kit, run_fleet_campaign
 
         kit = Kit(plan_record, new_manifest, resolve_inputs, _note_other_plans, _refuse_unhashed, git_commit)
         return run_fleet_campaign(plan, kit, root=root, console=console, fresh=fresh, retry_failed=retry_failed,

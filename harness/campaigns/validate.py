@@ -22,7 +22,7 @@ class Plan:
     campaign: Campaign
     cells: list[Cell]
     runs: list[RunSpec]
-    fleet: FleetRecord | None = None  # a fleet campaign's devices, once known (harness.campaigns.fleet.fleet_plan)
+    fleet: FleetRecord | None = None  # a fleet campaign's devices, once known (fleet.devices.fleet_plan)
 
 
 def engine_argv_tail(c: Campaign, cell: Cell, *, model: str, csv: str | None, progress: bool,

@@ -89,7 +89,7 @@ def run(
     part = Shard.parse(shard) if shard is not None else None
     resume = resume_command(file, out, set_) + (f" --shard {part}" if part else "") \
         + (f" --device-timeout {device_timeout:g}" if device_timeout else "")
-    from harness.link_timeouts import command_limits
+    from harness.devices.timeouts import command_limits
 
     restore = interrupts.install()  # SIGTERM stops a campaign as cleanly as Ctrl-C, and neither is lost
     try:

@@ -1,5 +1,5 @@
 """`bmoe-bench deploy TARGET`: bmoe at the harness's own version in a venv on an SSH or Termux target
-(harness.deploy). TARGET is a campaign file (its target), `[user@]host[:port]`, or `termux[:SERIAL]`."""
+(harness.deploy.venv). TARGET is a campaign file (its target), `[user@]host[:port]`, or `termux[:SERIAL]`."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Put bmoe, at this harness's version, with llama-cpp-python built without llamafile, in a venv on an
         SSH or Termux target; nothing is done when it is there already."""
-        from harness.deploy import deploy
+        from harness.deploy.venv import deploy
         from harness.targets.ssh import ssh_target
 
         if source not in SOURCES:

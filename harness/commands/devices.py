@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import typer
 
-from harness.adb_devices import device_summaries, fleet_listing, format_fleet
-from harness.adb_parse import format_devices
+from harness.devices.listing import device_summaries, fleet_listing, format_fleet
+from harness.devices.parse import format_devices
 from harness.errors import UserError
 
 
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
             "15 s, is stalled): a server that trickles or stalls is named in one line")),
     ) -> None:
         """List adb devices and their state (one line each), and the SSH targets of --campaign files."""
-        from harness.link_timeouts import command_limits
+        from harness.devices.timeouts import command_limits
 
         with command_limits(device_timeout):
             _devices(long, host, port, server, campaign)
@@ -53,7 +53,7 @@ def _devices(long: bool, host: str, port: int, server: list[str], campaign: list
         for line in lines + extra:
             typer.echo(line)
         return
-    from harness.adb_client import parse_server
+    from harness.devices.adb_client import parse_server
 
     try:
         servers = [parse_server(s) for s in server]

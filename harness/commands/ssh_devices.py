@@ -3,8 +3,8 @@ answer, and which bmoe is deployed there (the harness's version or not)."""
 
 from __future__ import annotations
 
-from harness.adb_shell import sh_join
-from harness.deploy_stamp import STAMP_FILE, harness_version, parse_stamp
+from harness.deploy.stamp import STAMP_FILE, harness_version, parse_stamp
+from harness.devices.sh import sh_join
 from harness.errors import BmoeError, UserError
 
 

@@ -1,4 +1,5 @@
-"""An adb device as a campaign target: the `Target` protocol (harness.targets.base) on `harness.adb.Device`.
+"""An adb device as a campaign target: the `Target` protocol (harness.targets.base) on `harness.devices.adb.Device`,
+a `RemoteTarget` (harness.targets.remote: the run's outcome and its outputs' pull, shared with SSH).
 
 Files are staged under `device_dir` (/data/local/tmp/bmoe by default); runs happen in its runs/ dir, and
 their outputs are pulled into the run's folder and then removed from the device. A device that goes
@@ -7,24 +8,25 @@ away mid-run is a failed RunOutcome with reason "device gone: ...", not an error
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TextIO
 
-from harness.adb import Device, DeviceGone
-from harness.adb_parse import exit_reason
-from harness.adb_shell import sh_join
+from harness.devices.adb import Device
+from harness.devices.remote import ShellRun
+from harness.devices.sh import sh_join
 from harness.errors import UserError
-from harness.targets.base import LineCallback, RunOutcome
+from harness.targets.base import LineCallback
+from harness.targets.remote import RemoteTarget
 
 DEFAULT_DEVICE_DIR = "/data/local/tmp/bmoe"
 
 
-class AdbTarget:
+class AdbTarget(RemoteTarget):
     """Runs engines on an adb device.
 
     serial: which device (else $ANDROID_SERIAL, else the only one ready); device_dir: where staged files
     and run outputs go on the device (default /data/local/tmp/bmoe; the Linux adbd in tests has a
     tmpfs there), both created now. adb server at host:port: one that does not answer is an error naming
-    it, never replaced by a local one (harness.adb_client).
+    it, never replaced by a local one (harness.devices.adb_client).
     """
 
     kind = "adb"
@@ -45,10 +47,6 @@ class AdbTarget:
         self.device.shell_ok(sh_join(["mkdir", "-p", self.device_dir, self.run_dir()]),
                              what="create the device dir")
 
-    @property
-    def serial(self) -> str:
-        return self.device.serial
-
     def describe(self) -> dict:
         free = self.device.free_kib(self.device_dir)
         return {**self.device.describe(), "device_dir": self.device_dir,
@@ -57,16 +55,8 @@ class AdbTarget:
     def run_dir(self) -> str:
         return f"{self.device_dir}/runs"
 
-    def stage(self, local: Path, kind: str) -> str:
-        remote = f"{self.device_dir}/{Path(local).name}"
-        self.stage_log.append((remote, self.device.push(Path(local), remote, kind, executable=kind == "engine")))
-        return remote
-
-    def sample_state(self) -> dict:
-        return self.device.sample_state()
-
-    def drop_caches(self) -> bool:
-        return self.device.drop_caches()
+    def stage_dir(self) -> str:
+        return self.device_dir
 
     def reconnect(self) -> None:
         """After the device went away: UserError unless its server lists it ready again; then its device dir
@@ -80,60 +70,8 @@ class AdbTarget:
         run() raises KeyboardInterrupt in its own thread); later runs are refused the same way until reconnect()."""
         self.device.stop.set()
 
-    def reap_orphans(self) -> list[str]:
-        return self.device.reap_orphans()
-
     def close(self) -> None:
         self.device.reap_orphans()
 
-    def run(
-        self,
-        argv: list[str],
-        *,
-        timeout_s: float,
-        outputs: list[str],
-        out_dir: Path,
-        log_path: Path,
-        on_stdout_line: LineCallback | None = None,
-    ) -> RunOutcome:
-        if not argv:
-            raise UserError("engine command is empty")
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        log_path = Path(log_path)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "w", encoding="utf-8") as log:
-            sr = self.device.run(argv, cwd=self.run_dir(), timeout_s=timeout_s, log=log,
-                                 on_stdout_line=on_stdout_line)
-        if sr.gone is not None:
-            return RunOutcome(sr.exit_code, f"device gone: {sr.gone}", sr.wall_s, remote_pid=sr.pid)
-        reason: str | None = None
-        if sr.timed_out:
-            reason = f"timeout after {timeout_s:g} s"
-        elif sr.exit_code is not None and sr.exit_code != 0:
-            reason = exit_reason(sr.exit_code, sr.stderr_tail)
-        fetched, missing, pull_err = self._pull(outputs, out_dir)
-        if reason is None and pull_err:
-            reason = f"device gone: {pull_err}"
-        elif reason is None and missing:
-            reason = f"engine exited 0 but did not write {missing[0]}"
-        return RunOutcome(sr.exit_code, reason, sr.wall_s, fetched, remote_pid=sr.pid)
-
-    def _pull(self, outputs: list[str], out_dir: Path) -> tuple[dict[str, Path], list[str], str | None]:
-        """Pull each output into out_dir (size-checked); outputs inside run_dir() are then deleted on the
-        device, so run files do not pile up on a phone. Relative paths are relative to run_dir()."""
-        fetched: dict[str, Path] = {}
-        missing: list[str] = []
-        for remote in outputs:
-            path = remote if remote.startswith("/") else f"{self.run_dir()}/{remote}"
-            dest = out_dir / Path(path).name
-            try:
-                if not self.device.pull(path, dest):
-                    missing.append(remote)
-                    continue
-                if path.startswith(self.run_dir() + "/"):
-                    self.device.shell(sh_join(["rm", "-f", path]))
-            except DeviceGone as e:
-                return fetched, missing, str(e)
-            fetched[remote] = dest
-        return fetched, missing, None
+    def _run_on(self, argv: list[str], timeout_s: float, log: TextIO, on_line: LineCallback | None) -> ShellRun:
+        return self.device.run(argv, cwd=self.run_dir(), timeout_s=timeout_s, log=log, on_stdout_line=on_line)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from harness.devices.parse import last_line
+
 LineCallback = Callable[[str], None]
 
 
@@ -83,7 +85,7 @@ class Target(Protocol):
         ...
 
     def sample_state(self) -> dict:
-        """One device-state sample (harness.devstate.build_sample's shape); cheap."""
+        """One device-state sample (harness.devices.state.build_sample's shape); cheap."""
         ...
 
     def drop_caches(self) -> bool:
@@ -91,15 +93,6 @@ class Target(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def last_line(text: str, limit: int = 200) -> str:
-    """The last non-empty line of text, shortened to limit characters (for one-line reasons)."""
-    for line in reversed(text.splitlines()):
-        s = line.strip()
-        if s:
-            return s if len(s) <= limit else s[: limit - 3] + "..."
-    return ""
 
 
 def exit_reason(code: int, stderr_tail: str) -> str:

@@ -16,7 +16,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from harness import devstate, interrupts
+from harness import interrupts
+from harness.devices import state as devstate
 from harness.errors import UserError
 from harness.formats.files import copy_file, disk_full, free_bytes, is_disk_full
 from harness.targets.base import LineCallback, RunOutcome, exit_reason

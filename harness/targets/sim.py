@@ -1,5 +1,5 @@
-"""A simulated device for measuring the harness itself (`python -m harness.bench_sched`): a `Target` whose
-engine is no process at all. `run` waits `run_s` seconds (as the harness waits for an engine on a device,
+"""A simulated device for measuring the harness itself (`python -m harness.campaigns.fleet.bench_sched`): a `Target`
+whose engine is no process at all. `run` waits `run_s` seconds (as the harness waits for an engine on a device,
 without using a core), then writes the metrics CSV a real engine would (through harness.formats, `tokens`
 rows, per-token times seeded by the run's CSV name) and hands it back as fetched. Everything else the
 runner does for a run (the cooldown gate, state sampling, the model's sha256, committing the run folder with
@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.formats.metrics_csv import MetricsWriter, Summary, TokenRow
 from harness.targets.base import LineCallback, RunOutcome
 
-# a device's state, always roomy, with the keys a Linux host's sample has (harness.devstate)
+# a device's state, always roomy, with the keys a Linux host's sample has (harness.devices.state)
 SAMPLE = {"mem_total_mib": 8192.0, "mem_available_mib": 6144.0, "mem_free_mib": 5120.0, "cached_mib": 1024.0,
           "swap_free_mib": 0.0, "thermal": {}, "cpu_temp_c": None, "cpufreq": {}, "battery": None}
 

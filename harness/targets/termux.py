@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 
-from harness.adb import ADB_ERRORS, Device
-from harness.adb_parse import one_line
+from harness.devices.adb import ADB_ERRORS, Device
+from harness.devices.parse import one_line
+from harness.devices.ssh import SshAddress, expand
 from harness.errors import UserError
-from harness.sshlink import SshAddress, expand
 
 TERMUX_SSHD_PORT = 8022
 

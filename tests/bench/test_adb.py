@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.adb_shell import sh_join
+from harness.devices.sh import sh_join
 from harness.errors import UserError
 from harness.targets import Target
 from harness.targets.adb import AdbTarget
@@ -89,7 +89,7 @@ def test_sample_state_over_adb_is_cheap_and_complete(target):
     assert s["battery"] is None  # no dumpsys here
     assert "error" not in s
     # the VM's sysfs has no thermal zones or cpufreq policies; whatever is there must match a local read
-    from harness import devstate
+    from harness.devices import state as devstate
 
     local = devstate.read_local(Path("/"))
     assert s["thermal"].keys() == local["thermal"].keys() and s["cpufreq"].keys() == local["cpufreq"].keys()

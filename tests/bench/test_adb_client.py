@@ -13,7 +13,7 @@ from pathlib import Path
 import adbutils
 import pytest
 
-from harness.adb_client import ServerClient, ServerUnreachable, list_server
+from harness.devices.adb_client import ServerClient, ServerUnreachable, list_server
 
 REPO = Path(__file__).resolve().parents[2]
 

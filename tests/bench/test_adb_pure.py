@@ -1,4 +1,4 @@
-"""harness.adb's pure parts (harness.adb_parse, harness.adb_shell), without a device: device choice,
+"""harness.devices.adb's pure parts (harness.devices.parse, harness.devices.sh), without a device: device choice,
 quoting, df/sha256 parsing, the shell v2 frame decoder, the sha256 fallback script."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import adb_parse, adb_shell
+from harness.devices import adb_stream
+from harness.devices import parse as adb_parse
+from harness.devices import sh as adb_shell
 from harness.errors import UserError
 
 
@@ -100,7 +102,7 @@ def _frame(kind: int, payload: bytes) -> bytes:
 def test_v2_stream_decodes_split_frames_into_lines_and_exit_code():
     log = io.StringIO()
     lines: list[str] = []
-    s = adb_shell.V2Stream(log, lines.append)
+    s = adb_stream.V2Stream(log, lines.append)
     data = (
         _frame(1, b'BMOE_PROGRESS {"t": 1}\nBMOE_PRO')
         + _frame(2, b"warn one\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from harness.bench_sched import main, measure
+from harness.campaigns.fleet.bench_sched import main, measure
 from harness.campaigns.store import ManifestSaver
 from harness.formats.manifest import load_manifest
 from tests.helpers.folders import manifest

@@ -1,4 +1,4 @@
-"""harness/build_tools.py: the build tools come from pyproject.toml's [build-system] (declared once), and an old
+"""harness/deploy/build_tools.py: the build tools come from pyproject.toml's [build-system] (declared once), and an old
 setuptools (a fresh venv's 65) or a missing wheel is named, as setup.sh and deploy need."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import build_tools
+from harness.deploy import build_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,8 +39,9 @@ def test_a_requirement_of_another_form_is_refused():
 def test_the_module_prints_them_and_says_by_its_exit_status(tmp_path):
     fresh = tmp_path / "v"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True)
-    r = subprocess.run([str(fresh / "bin" / "python"), "-m", "harness.build_tools"], cwd=ROOT, capture_output=True,
-                       text=True)
+    r = subprocess.run([str(fresh / "bin" / "python"), "-m", "harness.deploy.build_tools"], cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.stdout.split() == build_tools.requires() and r.returncode == 1, r.stderr  # a bare venv has neither
-    here = subprocess.run([sys.executable, "-m", "harness.build_tools"], cwd=ROOT, capture_output=True, text=True)
+    here = subprocess.run([sys.executable, "-m", "harness.deploy.build_tools"], cwd=ROOT, capture_output=True,
+                          text=True)
     assert here.returncode == 0, "the suite's own venv lacks a build tool: run scripts/setup.sh"

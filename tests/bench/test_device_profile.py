@@ -1,9 +1,9 @@
 """The device profile (tests/helpers/device_profile.py, tests/adbd/device-profile.sh, tests/adbd/profile-bin/)
 through the real adb path: a real adbd per test in its own mount namespace with the profile laid over /sys
-and a dumpsys on its PATH, read by the harness's own device-state sample (harness/devstate.py's STATE_SCRIPT
+and a dumpsys on its PATH, read by the harness's own device-state sample (harness/devices/state.py's STATE_SCRIPT
 and parsers, via AdbTarget) and by its shell. Run by tests/adbd/run-adb-tests.sh; skipped elsewhere.
 
-Imports the harness by its current paths (harness.targets.adb, harness.devstate)."""
+Imports the harness by its current paths (harness.targets.adb, harness.devices.state)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import devstate
+from harness.devices import state as devstate
 from harness.targets.adb import AdbTarget
 from tests.helpers.device_profile import PHONE, PHONE_B, DeviceProfile, ProfiledDevice, start_device
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import devstate
+from harness.devices import state as devstate
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 PHONE, PC = FIX / "phone", FIX / "pc"

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from rich.console import Console
     from harness import interrupts
-    from harness.bench_sched import write_campaign
+    from harness.campaigns.fleet.bench_sched import write_campaign
     from harness.campaigns.runner import run_campaign
     from harness.formats.manifest import load_manifest
     from harness.targets.sim import SimTarget

@@ -1,4 +1,4 @@
-"""The fleet scheduler's rules (harness.campaigns.scheduler), on in-process devices: every device at once,
+"""The fleet scheduler's rules (harness.campaigns.fleet.scheduler), on in-process devices: every device at once,
 compare binds a run to its device, spread shares, a device that goes away is waited for within the grace
 time and then given up (its runs to the others in spread, not run in compare), one writer sees every event.
 The same rules over real adbd devices: tests/bench/test_fleet_adb.py."""
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.campaigns.scheduler import Member, schedule
+from harness.campaigns.fleet.scheduler import Member, schedule
 from harness.errors import UserError
 
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from harness.campaigns.fleet import FleetDevice, fleet_plan, listed_devices, matches, owner_of
+from harness.campaigns.fleet.devices import FleetDevice, fleet_plan, listed_devices, matches, owner_of
 from harness.campaigns.runner import plan_record
 from harness.campaigns.validate import plan_campaign
 from harness.campaigns.yamlsrc import CampaignError

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.devices.ssh import SshAddress
 from harness.errors import UserError
-from harness.sshlink import SshAddress
 from harness.targets.base import Target
 from harness.targets.ssh import SshTarget
 from tests.helpers.runner import engine

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.campaigns.runner import run_campaign
-from harness.deploy_stamp import harness_version, source_root
+from harness.deploy.stamp import harness_version, source_root
 from harness.errors import ResourceError
 from harness.formats.manifest import load_manifest, raw_file_changes
 from harness.report.build import check_report, write_report
@@ -153,7 +153,7 @@ def test_sshd_stopped_mid_campaign_fails_that_run_stops_and_resumes(sshd, tmp_pa
 
 @pytest.mark.adb
 def test_a_termux_target_through_the_adb_forward(sshd, tmp_path):
-    from harness.adb import Device
+    from harness.devices.adb import Device
 
     t = target_yaml(sshd, tmp_path / "phone", kind="termux", host=None, port=None, serial=f'"{SERIAL}"')
     p = _external_campaign(tmp_path, t, "termux", repeats=1)

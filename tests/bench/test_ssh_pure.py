@@ -16,7 +16,7 @@ import pytest
 
 from harness.campaigns.provenance import LLAMA_CPP_PYTHON as PROVENANCE_PIN
 from harness.commands.deploy import target_spec
-from harness.deploy_stamp import (
+from harness.deploy.stamp import (
     LLAMA_CPP_PYTHON,
     differences,
     harness_version,
@@ -25,9 +25,9 @@ from harness.deploy_stamp import (
     source_root,
     wanted_stamp,
 )
+from harness.deploy.wheels import cpu_flags, incompatibility, pack, runtime_closure
 from harness.errors import UserError
 from harness.formats.campaign import CampaignFile, TargetSpec
-from harness.wheels import cpu_flags, incompatibility, pack, runtime_closure
 
 
 def _problems(target: dict, engine: object = "bmoe") -> list[str]:
@@ -67,7 +67,7 @@ def test_the_source_archive_is_the_hashed_files_and_the_same_bytes_twice(tmp_pat
     assert a.read_bytes() == b.read_bytes() and a.name == "bmoe-0.1.0.tar.gz"
     names = tarfile.open(a).getnames()
     top = "bmoe-0.1.0"
-    assert f"{top}/pyproject.toml" in names and f"{top}/harness/deploy_stamp.py" in names
+    assert f"{top}/pyproject.toml" in names and f"{top}/harness/deploy/stamp.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".so")]
     version, _, src = harness_version().partition("+src.")
     assert version == "0.1.0" and len(src) == 12 and int(src, 16) >= 0

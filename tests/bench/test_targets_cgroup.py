@@ -257,7 +257,7 @@ def test_stale_children_of_dead_harness_processes_are_removed():
     reason="drops the whole machine's page cache (disturbs benchmarks running beside it): set BMOE_TEST_DROP_CACHES=1",
 )
 def test_drop_caches_as_root_lowers_cached(tmp_path):
-    from harness import devstate
+    from harness.devices import state as devstate
 
     f = tmp_path / "blob"
     f.write_bytes(os.urandom(64 << 20))

@@ -1,6 +1,6 @@
 """Devices that hang (issue 36): an adb server that accepts and never answers made a fleet run silent for 300 s and
 SIGTERM took another ~300 s; `devices --server` against a server trickling one byte a second said "no adb devices",
-exit 0. Every adb exchange is now bounded (`--device-timeout S`, harness.link_timeouts), a server that stalls or
+exit 0. Every adb exchange is now bounded (`--device-timeout S`, harness.devices.timeouts), a server that stalls or
 trickles is named in one line, and SIGTERM ends the command within 2 s. The servers here are real TCP servers
 (tests/helpers/stall_server.py); bmoe-bench is a real process. No adb binary is needed: nothing is ever started."""
 

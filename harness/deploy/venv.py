@@ -1,5 +1,5 @@
 """`bmoe-bench deploy`: bmoe at the harness's own version in a venv on an SSH target (DIR/venv), with its
-pinned llama-cpp-python built without llamafile, and the stamp DIR/deploy.json (harness.deploy_stamp).
+pinned llama-cpp-python built without llamafile, and the stamp DIR/deploy.json (harness.deploy.stamp).
 
 Idempotent: when the target's stamp matches the wanted one key by key and the venv's `bmoe --version`
 answers, nothing is copied, built or installed. Otherwise only what differs is redone: a new Python or
@@ -7,7 +7,7 @@ answers, nothing is copied, built or installed. Otherwise only what differs is r
 the pinned version without llamafile; bmoe itself is reinstalled from the source archive.
 
 Where llama-cpp-python and the other dependencies come from:
-- the harness's own environment (harness.wheels), when the target can run its binaries (same machine type,
+- the harness's own environment (harness.deploy.wheels), when the target can run its binaries (same machine type,
   Python ABI, libc no older, CPU features no fewer; `--from auto`, or `--from harness` to insist): packed as
   wheels, copied (by hash) and installed with no index: no network needed there, no build;
 - otherwise (`--from target`, or an incompatible target: a phone, an ARM board): the target's package index;
@@ -27,10 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import build_tools
-from harness.adb_parse import last_line
-from harness.adb_shell import sh_join
-from harness.deploy_stamp import (
+from harness.deploy import build_tools
+from harness.deploy.stamp import (
     CMAKE_ARGS,
     LLAMA_CPP_PYTHON,
     STAMP_FILE,
@@ -40,8 +38,10 @@ from harness.deploy_stamp import (
     source_archive,
     wanted_stamp,
 )
+from harness.devices.parse import last_line
+from harness.devices.sh import sh_join
+from harness.devices.ssh import SshLink
 from harness.errors import UserError
-from harness.sshlink import SshLink
 
 BUILD_TIMEOUT_S = 4 * 3600.0  # llama.cpp on a phone's cores
 _LLAMA_CHECK = ("import llama_cpp; print(llama_cpp.__version__); "
@@ -51,7 +51,7 @@ _LLAMA_CHECK = ("import llama_cpp; print(llama_cpp.__version__); "
 def _host_info() -> tuple[dict, set[str]]:
     import sysconfig
 
-    from harness.wheels import cpu_flags
+    from harness.deploy.wheels import cpu_flags
 
     info = {"version": platform.python_version(), "soabi": sysconfig.get_config_var("SOABI"),
             "machine": platform.machine(), "libc": list(platform.libc_ver())}
@@ -87,7 +87,7 @@ class Deployer:
         return out
 
     def probe(self) -> dict:
-        from harness.wheels import PROBE
+        from harness.deploy.wheels import PROBE
 
         code, out, err = self.link.shell(sh_join([self.python, "-c", PROBE]))
         if code != 0:
@@ -156,7 +156,7 @@ class Deployer:
         return code == 0
 
     def _incompatible(self, info: dict) -> str | None:
-        from harness.wheels import cpu_flags, incompatibility
+        from harness.deploy.wheels import cpu_flags, incompatibility
 
         host, host_flags = _host_info()
         _, cpuinfo, _ = self.link.shell(sh_join(["cat", "/proc/cpuinfo"]))
@@ -185,7 +185,7 @@ class Deployer:
     def _from_harness(self, archive: Path) -> str:
         import llama_cpp  # the harness's own build: it must be the one without llamafile
 
-        from harness.wheels import pack, runtime_closure
+        from harness.deploy.wheels import pack, runtime_closure
 
         if "LLAMAFILE = 1" in llama_cpp.llama_print_system_info().decode():
             raise UserError("deploy: the harness's own llama-cpp-python was built with llamafile; run "

@@ -10,7 +10,9 @@ dependency on the target side of nothing more.
 
 `SshLink(address)` starts the master connection at once (`ssh -M -N -f`, in its own session so Ctrl-C
 does not end it); a wrong key, a refused port or an unknown host is one `UserError` line then. Every
-later command goes through the master's socket. Commands are built by `sh_join` (every word quoted), so
+later command goes through the master's socket. It is one `RemoteShell` (harness.devices.remote: the checked
+copies, the machine's reads and a run's process bookkeeping are written there once); this module gives the
+transport: a command, a copy in through `cat`, a copy out. Commands are built by `sh_join` (every word quoted), so
 a path or a prompt from a campaign is never read as shell; the remote login shell must be POSIX
 (bash, dash, zsh, Termux's bash). When the machine stops answering (ssh's own exit 255, or no answer in
 time) a command raises `LinkGone` with ssh's last line as the reason.
@@ -22,18 +24,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import devstate
-from harness.adb_parse import file_sha256, last_line, parse_df_available_kib, parse_sha256
-from harness.adb_shell import DESCRIBE_SCRIPT, SHA256_SCRIPT, script, sh_join
+from harness.devices.parse import last_line
+from harness.devices.remote import HASH_TIMEOUT_S, RemoteShell
+from harness.devices.sh import sh_join
+from harness.devices.timeouts import BOUND, LIMITS
 from harness.errors import ResourceError, UserError
-from harness.link_timeouts import BOUND, LIMITS
 
-SPACE_MARGIN_KIB = 64 * 1024  # keep this much free on the target after a copy
-HASH_TIMEOUT_S = 3600.0
 SSH_FAILED = 255  # ssh's own exit code when the connection (not the command) failed
 
 
@@ -58,7 +57,7 @@ class SshAddress:
 def ssh_options(a: SshAddress) -> list[str]:
     """The options of every ssh call: no prompts (keys only), host keys trusted on first use and checked
     after, a dead link noticed within ~15 s."""
-    stall = max(1, round(LIMITS.stall_s))  # the command's bound (harness.link_timeouts): connect, then keep-alive
+    stall = max(1, round(LIMITS.stall_s))  # the command's bound (harness.devices.timeouts): connect, then keep-alive
     opts = ["-p", str(a.port), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={stall}",
             "-o", f"ServerAliveInterval={max(1, stall // 3)}", "-o", "ServerAliveCountMax=3",
             "-o", "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"]
@@ -78,10 +77,20 @@ def expand(p: str | None) -> str | None:
     return str(Path(p).expanduser()) if p else None
 
 
-class SshLink:
+class SshLink(RemoteShell):
     """One SSH machine, through a master connection opened now (UserError if it cannot be)."""
 
+    name = "ssh target"
+    gone = LinkGone
+    away = "the ssh target"
+    copied = "copy"
+    where = "the target"
+    lost = "the connection"
+    kill_s = 5.0
+    exit_files = True  # a run leaves PIDFILE.exit: its exit code, read when the connection was lost
+
     def __init__(self, address: SshAddress):
+        super().__init__()
         self.address = address
         self.serial = address.label()  # names the machine in messages and in the hash cache
         if shutil.which("ssh") is None:
@@ -91,7 +100,6 @@ class SshLink:
             raise UserError(f"ssh target {self.serial}: identity_file {address.identity_file} does not exist")
         self._dir = tempfile.mkdtemp(prefix=f"bmoe-ssh-{os.getpid()}-", dir="/tmp")  # a short socket path
         self.socket = f"{self._dir}/m"
-        self._hash_cache: dict[tuple[str, int, int], str] = {}
         try:
             self.open()
         except BaseException:
@@ -146,7 +154,7 @@ class SshLink:
 
     def shell(self, cmd: str, timeout: float | None = None, stdin=None) -> tuple[int, str, str]:
         """Run one already-quoted command line; (exit code, stdout, stderr). Raises LinkGone. Bounded by timeout,
-        else by the command's call bound (harness.link_timeouts)."""
+        else by the command's call bound (harness.devices.timeouts)."""
         timeout = timeout or LIMITS.call_s
         try:
             p = subprocess.run(self.argv(cmd), stdin=stdin if stdin is not None else subprocess.DEVNULL,
@@ -158,122 +166,36 @@ class SshLink:
             raise LinkGone(f"{self.serial}: {last_line(err) or 'connection lost'}")
         return p.returncode, out, err
 
-    def shell_ok(self, cmd: str, what: str, timeout: float | None = None) -> str:
-        """stdout of a command that must succeed; UserError "cannot <what>: ..." otherwise."""
-        try:
-            code, out, err = self.shell(cmd, timeout)
-        except LinkGone as e:
-            raise UserError(f"ssh target {self.serial}: cannot {what}: {e}") from e
-        if code != 0:
-            raise UserError(f"ssh target {self.serial}: cannot {what}: {last_line(err or out) or f'exit {code}'}")
-        return out
-
     # ---- reads -----------------------------------------------------------------------------------------
 
     def describe(self) -> dict:
         """What the machine is: kernel, CPUs, memory, and Android's build properties where getprop answers
         (Termux)."""
-        out = self.shell_ok(script(DESCRIBE_SCRIPT), what="describe the machine")
-        kv = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-        props = {k: (v.strip() or None) for k, v in kv.items()}
-        mem = devstate.parse_meminfo(self.shell(sh_join(["cat", "/proc/meminfo"]))[1])
-        cpus = props.get("cpus")
+        props = self._described("describe the machine")
         return {"kernel": props.get("uname"), "hardware": props.get("hardware"),
-                "cpus": int(cpus) if cpus and cpus.isdigit() else None, "mem_total_mib": mem["mem_total_mib"],
+                "cpus": props["cpus"], "mem_total_mib": props["mem_total_mib"],
                 "model": " ".join(x for x in (props.get("ro.product.manufacturer"), props.get("ro.product.model"))
                                   if x) or None,
                 "android_release": props.get("ro.build.version.release"),
                 "platform": props.get("ro.board.platform") or props.get("ro.soc.model"),
                 "abi": props.get("ro.product.cpu.abi")}
 
-    def sample_state(self) -> dict:
-        """One device-state sample in one round trip (harness.devstate); a lost link gives a sample without
-        readings and an "error" key."""
-        t = time.time()
-        try:
-            _, out, _ = self.shell(script(devstate.STATE_SCRIPT), timeout=10.0)
-        except LinkGone as e:
-            s = devstate.parse_state_dump("", t=t)
-            s["error"] = f"device gone: {e}"
-            return s
-        return devstate.parse_state_dump(out, t=t)
+    # ---- the transport's copies (RemoteShell.push and .pull check them) --------------------------------
 
-    def remote_size(self, path: str) -> int | None:
-        code, out, _ = self.shell(sh_join(["stat", "-c", "%s", path]))
-        s = out.strip()
-        return int(s) if code == 0 and s.isdigit() else None
+    def _send(self, p: Path, part: str, remote: str, kind: str, executable: bool) -> None:
+        with open(p, "rb") as f:
+            code, _, err = self.shell(" ".join([sh_join(["cat"]), ">", sh_join([part]), "&&",
+                                                sh_join(["chmod", "755" if executable else "644", part]), "&&",
+                                                sh_join(["mv", "-f", part, remote])]),
+                                      timeout=HASH_TIMEOUT_S, stdin=f)
+        if code != 0:
+            raise UserError(f"{kind} {p.name}: copy to {self.serial} failed: {last_line(err) or f'exit {code}'}")
 
-    def remote_sha256(self, path: str) -> str | None:
-        code, out, err = self.shell(script(SHA256_SCRIPT, path), timeout=HASH_TIMEOUT_S)
-        if code == 127:
-            raise UserError(f"ssh target {self.serial}: {last_line(err)}")
-        return parse_sha256(out) if code == 0 else None
-
-    def free_kib(self, path: str) -> int | None:
-        code, out, _ = self.shell(sh_join(["df", "-Pk", path]))
-        return parse_df_available_kib(out) if code == 0 else None
-
-    # ---- files -----------------------------------------------------------------------------------------
-
-    def _local_sha256(self, p: Path) -> str:
-        st = p.stat()
-        key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
-        if key not in self._hash_cache:
-            self._hash_cache[key] = file_sha256(p)
-        return self._hash_cache[key]
-
-    def push(self, local: Path, remote: str, kind: str, *, executable: bool = False) -> str:
-        """Copy local to remote unless a file of the same size and sha256 is there: "unchanged" or "pushed".
-        Checks free space first (with a margin), writes remote.part then renames it, verifies after."""
-        p = Path(local)
-        if not p.is_file():
-            raise UserError(f"{kind}: {p} does not exist or is not a file")
-        size, want = p.stat().st_size, self._local_sha256(p)
-        parent = remote.rsplit("/", 1)[0] or "/"
-        try:
-            have = self.remote_size(remote)
-            if have == size and self.remote_sha256(remote) == want:
-                return "unchanged"
-            free = self.free_kib(parent)
-            need = -(-size // 1024) + SPACE_MARGIN_KIB - (have or 0) // 1024
-            if free is None:
-                raise UserError(f"ssh target {self.serial}: cannot read free space of {parent} (df)")
-            if free < need:
-                raise UserError(f"{kind} {p.name}: needs {need / 1024:.0f} MiB free in {parent} on {self.serial} "
-                                f"(including a {SPACE_MARGIN_KIB // 1024} MiB margin), only {free / 1024:.0f} MiB free")
-            part = f"{remote}.part"
-            mode = "755" if executable or os.access(p, os.X_OK) else "644"
-            with open(p, "rb") as f:
-                code, _, err = self.shell(" ".join([sh_join(["cat"]), ">", sh_join([part]), "&&",
-                                                    sh_join(["chmod", mode, part]), "&&",
-                                                    sh_join(["mv", "-f", part, remote])]),
-                                          timeout=HASH_TIMEOUT_S, stdin=f)
-            if code != 0:
-                raise UserError(f"{kind} {p.name}: copy to {self.serial} failed: {last_line(err) or f'exit {code}'}")
-            got_size, got_hash = self.remote_size(remote), self.remote_sha256(remote)
-        except LinkGone as e:
-            raise UserError(f"{kind} {p.name}: the ssh target went away while staging: {e}") from e
-        if got_size != size or got_hash != want:
-            raise UserError(f"{kind} {p.name}: on {self.serial} after the copy it has size {got_size} and sha256 "
-                            f"{got_hash}, expected {size} and {want}")
-        return "pushed"
-
-    def pull(self, remote: str, dest: Path) -> bool:
-        """Copy remote to dest (through dest.part, size-checked). False if there is no such file; LinkGone if
-        the machine stops answering or the copy comes up short."""
-        size = self.remote_size(remote)
-        if size is None:
-            return False
-        tmp = dest.with_name(dest.name + ".part")
+    def _fetch(self, remote: str, tmp: Path) -> str | None:
         with open(tmp, "wb") as f:
             try:
                 p = subprocess.run(self.argv(sh_join(["cat", remote])), stdin=subprocess.DEVNULL, stdout=f,
                                    stderr=subprocess.PIPE, timeout=HASH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 raise LinkGone(f"{self.serial}: pull of {remote} timed out") from None
-        got = tmp.stat().st_size
-        if p.returncode != 0 or got != size:
-            raise LinkGone(f"{self.serial}: pull of {remote} incomplete ({got} of {size} bytes"
-                           f"{', ' + last_line(p.stderr.decode(errors='replace')) if p.returncode else ''})")
-        tmp.replace(dest)
-        return True
+        return f", {last_line(p.stderr.decode(errors='replace'))}" if p.returncode else None

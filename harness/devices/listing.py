@@ -1,15 +1,15 @@
 """What `bmoe-bench devices` lists: the devices of one adb server (`device_summaries`, the local one by
 default), or of every server named with `--server H:P` (`fleet_listing`): each device with its state and,
 when ready, model, SoC, RAM, Android version and build fingerprint, asked of all devices at once. A
-server that does not answer is one line naming it (harness.adb_client: never replaced by a local one)."""
+server that does not answer is one line naming it (harness.devices.adb_client: never replaced by a local one)."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from harness.adb import ADB_ERRORS, Device, DeviceGone
-from harness.adb_client import ServerClient, ServerUnreachable, list_server, server_name
-from harness.adb_parse import one_line
+from harness.devices.adb import ADB_ERRORS, Device, DeviceGone
+from harness.devices.adb_client import ServerClient, ServerUnreachable, list_server, server_name
+from harness.devices.parse import one_line
 from harness.errors import UserError
 
 

@@ -1,11 +1,11 @@
 """Run or resume a fleet campaign (the file's `targets:` or `fleet:`): find its devices, plan over them,
 open them all at once (connect, stage the engine and model: pushed once per device, an unchanged file
 skipped by its sha256), choose or create the folder as a one-device campaign does (same locks, same
-resume rules), then harness.campaigns.fleet_rounds.run_fleet.
+resume rules), then harness.campaigns.fleet.rounds.run_fleet.
 
 A device that cannot be opened at the start (its server does not answer, it is not listed, staging
 failed) is one line naming it and why; its runs wait for it up to `fleet.device_grace_s`, like a device
-that goes away later. A server is never replaced by a local one (harness.adb_client). With no device
+that goes away later. A server is never replaced by a local one (harness.devices.adb_client). With no device
 usable at all, nothing starts. spread needs devices of one kind (the same model): refused otherwise."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from rich.console import Console
 
 from harness import interrupts
 from harness.campaigns import folder_setup, store
-from harness.campaigns.fleet import FleetDevice, fleet_plan, listed_devices, selected_devices, use_of
-from harness.campaigns.fleet_rounds import (
+from harness.campaigns.fleet.devices import FleetDevice, fleet_plan, listed_devices, selected_devices, use_of
+from harness.campaigns.fleet.rounds import (
     FleetMember,
     TargetSession,
     adb_target,
@@ -57,7 +57,7 @@ class Kit:
 def open_all(members: list[FleetMember]) -> tuple[dict[str, TargetSession], dict[str, str]]:
     """Open every device at once, one try each: (the sessions opened, by label; why each other one was not). Each
     opens on a daemon thread and this thread waits for them checking for a stop request, so SIGTERM or Ctrl-C is
-    honoured at once even while a device's server hangs (its calls are bounded too: harness.link_timeouts)."""
+    honoured at once even while a device's server hangs (its calls are bounded too: harness.devices.timeouts)."""
     if not members:
         return {}, {}
     got: dict[int, TargetSession | str | BaseException] = {}

@@ -33,7 +33,7 @@ _SKIP_SUFFIXES = (".pyc", ".so", ".o", ".pyd")
 
 def source_root() -> Path:
     """The checkout the harness runs from (the folder holding pyproject.toml beside harness/)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file():
         raise UserError(f"deploy needs the harness's source checkout (pyproject.toml beside {root / 'harness'}); "
                         "run bmoe-bench from a clone of the repository")

@@ -1,14 +1,15 @@
-"""`python -m harness.bench_sched`: how far one harness process goes, measured on simulated devices
+"""`python -m harness.campaigns.fleet.bench_sched`: how far one harness process goes, measured on simulated devices
 (harness.targets.sim: no engine process, each run waits --run-s seconds and writes a made-up CSV; everything
 the harness does for a run is its real code). One campaign per call, in a temporary folder removed after:
 
-    python -m harness.bench_sched --devices 200 --runs 10000 --run-s 1 --out bench-data/<folder>/results.jsonl
+    python -m harness.campaigns.fleet.bench_sched --devices 200 --runs 10000 --run-s 1 \
+        --out bench-data/<folder>/results.jsonl
 
 appends one JSON line: the campaign's wall time (whole, and from its first run's start to its last run's end),
 the process's CPU time, and from them the harness's overhead per run: the device-seconds not spent in an engine,
 per run ((devices x run-phase wall - runs x run_s) / runs), and its CPU per run; the manifest's size, and the time
 to load it (load_manifest, best of 3) and to save it (save_manifest, best of 3). `--devices N`: a spread fleet
-campaign over N simulated devices (harness.campaigns.fleet_run, one worker per device); `--sequential`: the plain
+campaign over N simulated devices (harness.campaigns.fleet.run, one worker per device); `--sequential`: the plain
 one-target runner (harness.campaigns.runner) on one.
 Not measured: a real engine, a real device, adb (a device over USB adds its own transfer and shell time per run)."""
 
@@ -124,7 +125,8 @@ def measure(devices: int, runs: int, run_s: float, *, sequential: bool = False) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.bench_sched", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.campaigns.fleet.bench_sched",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--devices", type=int, default=1, help="simulated devices of a spread fleet campaign")
     ap.add_argument("--sequential", action="store_true", help="one device, on the one-target runner (no fleet)")
     ap.add_argument("--runs", type=int, default=1000, help=f"runs in all ({CELLS} cells x runs/{CELLS} repeats)")

@@ -1,4 +1,4 @@
-"""A fleet campaign's runs: every device at once through harness.campaigns.scheduler, each run done by
+"""A fleet campaign's runs: every device at once through harness.campaigns.fleet.scheduler, each run done by
 rounds.one_run on its device's Target (its own cooldown gate, state sampler and staged files), its folder
 committed by its worker; the manifest written by this thread alone, after a batch of finished runs (held back
 while its writes would take over 5% of the time: store.ManifestSaver).
@@ -21,10 +21,10 @@ from pathlib import Path
 from rich.console import Console
 
 from harness.campaigns import store
-from harness.campaigns.fleet import FleetDevice, owner_of
-from harness.campaigns.fleet_progress import DeviceLine, FleetProgress
+from harness.campaigns.fleet.devices import FleetDevice, owner_of
+from harness.campaigns.fleet.progress import DeviceLine, FleetProgress
+from harness.campaigns.fleet.scheduler import Event, Member, schedule
 from harness.campaigns.rounds import CampaignResult, closing, one_run
-from harness.campaigns.scheduler import Event, Member, schedule
 from harness.campaigns.validate import Plan
 from harness.errors import UserError
 from harness.formats.manifest import Manifest
@@ -117,7 +117,7 @@ def device_opener(plan: Plan, d: FleetDevice, resolve: Callable, folder_m: Calla
 def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember], console: Console, *,
               grace_s: float, opened: dict[str, TargetSession] | None = None, poll_s: float = 1.0,
               live: bool = True) -> CampaignResult:
-    """Every pending run of the manifest over the fleet (harness.campaigns.scheduler), the manifest saved by
+    """Every pending run of the manifest over the fleet (harness.campaigns.fleet.scheduler), the manifest saved by
     this thread after each batch of events; its status at the end: complete, or what is left and why."""
     skipped = sum(r.finished for r in m.runs)
     labels = [x.device.label for x in members]

@@ -1,5 +1,5 @@
 """The build tools bmoe's own build needs, as pyproject.toml's [build-system] `requires` declares them (read from
-there: declared once). scripts/setup.sh installs them into the venv (`python -m harness.build_tools` prints them
+there: declared once). scripts/setup.sh installs them into the venv (`python -m harness.deploy.build_tools` prints them
 and exits 1 while one is missing or too old); `bmoe-bench deploy` checks the harness has them before copying them
 to a target, whose own venv's (setuptools 65) cannot read pyproject.toml's license string. Standard library only:
 setup.sh runs it before anything is installed."""
@@ -12,7 +12,7 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 _REQ = re.compile(r"^([A-Za-z0-9_.-]+)\s*(?:>=\s*([0-9][0-9.]*))?$")  # the only forms [build-system] uses here
 
 

@@ -1,4 +1,4 @@
-"""The pure parts of `harness.adb`: which device to use, what the device's answers say (free space, a
+"""The pure parts of `harness.devices.adb`: which device to use, what the device's answers say (free space, a
 sha256, an exit code), the host-side hash of a file, and the lines of `bmoe-bench devices`."""
 
 from __future__ import annotations

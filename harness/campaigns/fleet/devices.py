@@ -40,7 +40,7 @@ def listed_devices(plan: Plan) -> list[FleetDevice]:
 
 
 def matches(desc: dict, model: str | None, min_ram_gib: float | None) -> bool:
-    """A described device (harness.adb.Device.describe) against a selector's match."""
+    """A described device (harness.devices.adb.Device.describe) against a selector's match."""
     if model is not None and desc.get("model") != model:
         return False
     mem = desc.get("mem_total_mib")
@@ -50,7 +50,7 @@ def matches(desc: dict, model: str | None, min_ram_gib: float | None) -> bool:
 def selected_devices(plan: Plan) -> tuple[list[FleetDevice], dict[str, dict], list[str]]:
     """A selector's devices: every ready device of fleet.servers that matches (sorted by server, then
     serial), their descriptions by label, and one line per server that does not answer."""
-    from harness.adb_devices import fleet_listing
+    from harness.devices.listing import fleet_listing
 
     f = plan.campaign.fleet
     assert f is not None and f.servers is not None

@@ -20,15 +20,15 @@ import adbutils
 from adbutils import AdbClient
 from adbutils._adb import AdbConnection
 
+from harness.devices.timeouts import LIMITS, GuardedSocket, LinkStalled
 from harness.formats.campaign_fleet import DEFAULT_SERVER as DEFAULT_SERVER  # re-exported
 from harness.formats.campaign_fleet import parse_server as parse_server
 from harness.formats.campaign_fleet import server_name
-from harness.link_timeouts import LIMITS, GuardedSocket, LinkStalled
 
 
 class ServerUnreachable(adbutils.AdbError):
     """The adb server at host:port did not accept a connection (an adbutils.AdbError, so that adbutils'
-    own callers and harness.adb.ADB_ERRORS treat it as any failed adb call)."""
+    own callers and harness.devices.adb.ADB_ERRORS treat it as any failed adb call)."""
 
 
 class _Connection(AdbConnection):
@@ -45,7 +45,7 @@ class _Connection(AdbConnection):
 
 class ServerClient(AdbClient):
     """adbutils' AdbClient for the server at host:port that never starts a server: a failed connection is
-    `ServerUnreachable` ("adb server H:P unreachable (...)"). Every exchange is bounded (harness.link_timeouts): by
+    `ServerUnreachable` ("adb server H:P unreachable (...)"). Every exchange is bounded (harness.devices.timeouts): by
     `timeout` when the caller gives one, else by the command's call bound; a server that stalls or trickles is
     `LinkStalled`, one line naming it."""
 

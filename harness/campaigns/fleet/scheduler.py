@@ -23,7 +23,7 @@ per device, and ONE writer (the calling thread) that receives every event in ord
   `on_events` as "done", and it is re-raised. Runs in progress are then left pending.
 
 Returns a `Report`: the runs no device ran (still pending) and why each lost device was given up. Pure
-threading: no adb, no files; harness.campaigns.fleet_rounds runs a campaign's runs through it."""
+threading: no adb, no files; harness.campaigns.fleet.rounds runs a campaign's runs through it."""
 
 from __future__ import annotations
 
