@@ -35,14 +35,15 @@ from harness.devices.parse import choose_serial, one_line
 from harness.devices.remote import HOST_GRACE_S, STOP_BUDGET_S, RemoteShell, ShellRun
 from harness.devices.sh import PID_WRAPPER, sh_join
 from harness.devices.timeouts import LIMITS, unbounded
-from harness.errors import UserError
+from harness.errors import BmoeError, UserError
 
 # exceptions meaning the adb server or the device connection failed
 ADB_ERRORS = (adbutils.AdbError, OSError, EOFError)
 
 
-class DeviceGone(Exception):
-    """The device or the adb server stopped answering."""
+class DeviceGone(BmoeError):
+    """The device or the adb server stopped answering (one line, exit 1, where no caller turns it into a failed
+    run or an unreachable device)."""
 
 
 class Device(RemoteShell):

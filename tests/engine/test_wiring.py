@@ -89,7 +89,7 @@ def test_the_engine_failures_keep_exit_3_and_their_runtime_error_base():
 
 
 def test_device_gone_is_a_bmoe_error():
-    from harness.adb import DeviceGone
+    from harness.devices.adb import DeviceGone
 
     assert issubclass(DeviceGone, BmoeError) and DeviceGone.exit_code == 1
 
