@@ -113,16 +113,25 @@ def read_bytes(path: Path | str, limit: int) -> bytes:
     return data
 
 
+def _open_capped(path: Path | str, limit: int):  # noqa: ANN202 (a binary file object)
+    """A user-named file (a link followed) opened for reading: a plain file of at most `limit` bytes, or refused
+    without waiting on it."""
+    f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        raise UserError(f"{path}: not a plain file (a FIFO, a device or a folder); give the file itself")
+    if st.st_size > limit:
+        f.close()
+        raise too_large(path, limit)
+    return f
+
+
 def read_capped(path: Path | str, limit: int) -> bytes:
     """The bytes of a file named by the user or found in a checked folder (a link followed), at most `limit`:
     a larger one is refused before it is read, a FIFO or a device without waiting on it (OSError as open() raises
     it)."""
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{path}: not a plain file (a FIFO, a device or a folder); give the file itself")
-        if st.st_size > limit:
-            raise too_large(path, limit)
+    with _open_capped(path, limit) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise too_large(path, limit)
@@ -132,12 +141,7 @@ def read_capped(path: Path | str, limit: int) -> bytes:
 def capped_lines(path: Path | str, limit: int) -> Iterator[bytes]:
     """read_capped's file line by line (one line in memory at a time), refused past `limit` bytes: before the
     first line when its size says so, at the line that crosses it when it grew."""
-    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise UserError(f"{path}: not a plain file (a FIFO, a device or a folder); give the file itself")
-        if st.st_size > limit:
-            raise too_large(path, limit)
+    with _open_capped(path, limit) as f:
         left = limit
         for raw in f:
             left -= len(raw)
