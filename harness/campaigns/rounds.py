@@ -165,6 +165,7 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
     # hundred questions of hundreds of tokens would make it the folder's biggest file); its log has the text
     argv = res.argv0(cell.engine) + engine_argv_tail(c, cell, model=res.model_path, csv=remote_csv,
                                                progress=c.quality is None, **quality, **traces)
+    argv = getattr(target, "argv_prefix", []) + argv  # prepare.pin_cores: `taskset MASK` (recorded in the outcome)
 
     def on_line(line: str) -> None:
         d = parse_progress(line)

@@ -26,6 +26,7 @@ from rich.console import Console
 from harness.campaigns import folder_setup, store
 from harness.campaigns.fidelity import fidelity_record
 from harness.campaigns.precision import describe
+from harness.campaigns.prepared import preparing
 from harness.campaigns.provenance import campaign_provenance
 from harness.campaigns.questions import quality_record
 from harness.campaigns.rounds import CampaignResult as CampaignResult  # re-exported: run_campaign returns it
@@ -89,6 +90,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"family": c.family} if c.family else {}),  # absent without: old hashes hold
         **({"fleet": plan.fleet} if plan.fleet is not None else {}),  # likewise
         **({"sample_text": c.sample_text} if c.sample_text else {}),  # likewise
+        **({"prepare": _every_field(c.prepare)} if c.prepare is not None else {}),  # likewise
     )
 
 
@@ -331,7 +333,10 @@ def _run_plan(plan: Plan, root: Path, console: Console, fresh: bool, retry_faile
                                         f"compare: finish it with the first one, or start over with --fresh")
                 folder_setup.reopen(folder, m, plan.campaign.name, retry_failed, console)
         folder_setup.start_session(folder, m, now, git_commit(Path.cwd()))
-        return run_all(plan, m, folder, target, res, console)
+        with preparing(folder, plan.campaign.prepare, console) as prep:  # restored however the runs end
+            if prep is not None:
+                prep.ensure(target)
+            return run_all(plan, m, folder, target, res, console)
     finally:
         if lock is not None:
             lock.release()

@@ -1,7 +1,8 @@
 """`bmoe-bench devices`: the adb devices the adb server sees, their state, and (ready ones) what they are;
 with `--server H:P` (repeatable), every device of every server named, a server that does not answer as
 one line naming it (exit status 1); with --campaign, the SSH and Termux targets of those campaign files too
-(harness.commands.ssh_devices)."""
+(harness.commands.ssh_devices). `--restore FOLDER` puts back the devices a campaign folder's preparation left
+changed (its prepared/ journals: harness.campaigns.prepared), e.g. after the host running it was killed."""
 
 from __future__ import annotations
 
@@ -29,12 +30,40 @@ def register(app: typer.Typer) -> None:
         device_timeout: float | None = typer.Option(None, "--device-timeout", metavar="S", min=1.0, help=(
             "the longest one exchange with a server may take (default 30 s; silent for half as long, at most "
             "15 s, is stalled): a server that trickles or stalls is named in one line")),
+        restore: str | None = typer.Option(None, "--restore", metavar="FOLDER", help=(
+            "put back every device a campaign folder's preparation left changed (its prepared/*.json journals, "
+            "e.g. after the host was killed) instead of listing; exit 1 if one could not be")),
     ) -> None:
         """List adb devices and their state (one line each), and the SSH targets of --campaign files."""
         from harness.devices.timeouts import command_limits
 
         with command_limits(device_timeout):
+            if restore is not None:
+                _restore(restore)
+                return
             _devices(long, host, port, server, campaign)
+
+
+def _restore(folder: str) -> None:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from harness.campaigns.prepared import restore_folder
+    from harness.campaigns.store import lock_folder
+    from harness.devices.adb import Device
+
+    d = Path(folder)
+    if not d.is_dir():
+        raise UserError(f"--restore {folder}: no such campaign folder")
+    lock = lock_folder(d)  # a campaign still running there keeps its devices prepared: refused, naming it
+    try:
+        failed = restore_folder(d, Console(stderr=False, highlight=False),
+                                lambda serial, host, port: Device(serial, host=host, port=port))
+    finally:
+        lock.release()
+    if failed:
+        raise typer.Exit(1)
 
 
 def _devices(long: bool, host: str, port: int, server: list[str], campaign: list[str]) -> None:

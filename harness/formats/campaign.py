@@ -24,6 +24,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from harness.formats.campaign_fidelity import FidelitySpec
 from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
+from harness.formats.campaign_prepare import PrepareSpec
 from harness.formats.campaign_ssh import ssh_problems
 from harness.formats.campaign_target import TargetSpec as TargetSpec  # re-exported
 from harness.formats.campaign_types import FamilyName as _FamilyName
@@ -226,11 +227,17 @@ class CampaignFile(_Model):
     device_timeout_s: float | None = Field(None, ge=1, description=(
         "adb, ssh, termux and fleet targets: the longest one exchange with a device's server may take (default 30 "
         "s); `--device-timeout` overrides it. Not part of the plan: a folder resumes with another"))
+    prepare: PrepareSpec | None = Field(None, description=(
+        "adb devices: prepared before the runs and restored after (a journal in the folder's prepared/): "
+        "{screen: off, charger: unplug, battery_min_pct: 50, pin_cores: 4, governor: performance}"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""
         out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
         out += self._precision_problems() + self._fidelity_problems() + fleet_problems(self)
+        if self.prepare is not None:
+            adb = self.target.kind == "adb" or self.targets is not None or self.fleet is not None
+            out += self.prepare.problems(adb)
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))

@@ -39,6 +39,7 @@ from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
 from harness.formats.campaign_fidelity import FidelityRecord, FidelityRef
 from harness.formats.campaign_fleet import FleetRecord
+from harness.formats.campaign_prepare import PrepareSpec
 from harness.formats.files import atomic_write_json
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
@@ -135,6 +136,7 @@ class PlanRecord(Record):
     family: str | None = None  # the campaign's family (set only when given: older plans hash the same)
     fleet: FleetRecord | None = None  # fleet campaigns only (absent otherwise: older plans hash the same)
     sample_text: int = 0  # characters of each cell's text shown in findings (set only when asked)
+    prepare: PrepareSpec | None = None  # the devices' preparation (set only when given: older plans hash the same)
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ class AdbTarget(RemoteTarget):
         self.device_dir = device_dir.rstrip("/") or "/"
         self.device = Device(serial, host=host, port=port)
         self.stage_log: list[tuple[str, str]] = []  # (remote path, "pushed" | "unchanged")
+        self.argv_prefix: list[str] = []  # put in front of each run's command line (`taskset MASK`: prepare.pin_cores)
         self.device.shell_ok(sh_join(["mkdir", "-p", self.device_dir, self.run_dir()]),
                              what="create the device dir")
 

@@ -116,9 +116,10 @@ def device_opener(plan: Plan, d: FleetDevice, resolve: Callable, folder_m: Calla
 
 def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember], console: Console, *,
               grace_s: float, opened: dict[str, TargetSession] | None = None, poll_s: float = 1.0,
-              live: bool = True) -> CampaignResult:
+              live: bool = True, on_open: Callable[[Target], None] | None = None) -> CampaignResult:
     """Every pending run of the manifest over the fleet (harness.campaigns.fleet.scheduler), the manifest saved by
-    this thread after each batch of events; its status at the end: complete, or what is left and why."""
+    this thread after each batch of events; its status at the end: complete, or what is left and why. `on_open`
+    gets each device's Target before its runs, each time it is opened (the campaign's device preparation)."""
     skipped = sum(r.finished for r in m.runs)
     labels = [x.device.label for x in members]
     rounds = str(plan.campaign.min_repeats())
@@ -126,6 +127,8 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
     lines = {x: prog.line(x) if live else None for x in labels}
     sessions: dict[str, TargetSession] = {}
     for label, s in (opened or {}).items():
+        if on_open is not None:
+            on_open(s.target)
         s.line = lines[label] or s.line
         s.m, s.folder = m, folder  # opened before the folder was made
         sessions[label] = s
@@ -135,6 +138,8 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
     def member(x: FleetMember) -> Member:
         def open_() -> TargetSession:
             s = x.open(lines[x.device.label])
+            if on_open is not None:
+                on_open(s.target)
             sessions[x.device.label] = s
             return s
         return Member(x.device.label, open_)

@@ -29,6 +29,7 @@ from harness.campaigns.fleet.rounds import (
     run_fleet,
     version_mismatch,
 )
+from harness.campaigns.prepared import preparing
 from harness.campaigns.provenance import campaign_provenance
 from harness.campaigns.rounds import CampaignResult
 from harness.campaigns.shard import Shard, shard_plan
@@ -166,8 +167,9 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
                     console.print(f"{label}: not used: {bad}", highlight=False)
                     del opened[label]
         folder_setup.start_session(folder, m, now, kit.git_commit(Path.cwd()))
-        return run_fleet(plan, m, folder, members, console, grace_s=grace, opened=opened, poll_s=poll_s,
-                         live=console.is_terminal)
+        with preparing(folder, c.prepare, console) as prep:  # every device prepared is restored however it ends
+            return run_fleet(plan, m, folder, members, console, grace_s=grace, opened=opened, poll_s=poll_s,
+                             live=console.is_terminal, on_open=prep.ensure if prep is not None else None)
     finally:
         if lock is not None:
             lock.release()
