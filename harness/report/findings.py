@@ -12,6 +12,7 @@ from harness.report.config_md import config_table
 from harness.report.fleet import fleet_of, fleet_section, fleet_verdict, fleet_warnings, pooled_note
 from harness.report.intervals import fmt, methods_note, pairing_lines, precision_lines
 from harness.report.peers import engines_section
+from harness.report.prepared_md import preparation_lines
 from harness.report.provenance_md import provenance_lines, provenance_warnings
 from harness.report.recall_md import recall_section
 from harness.report.results import Results
@@ -122,7 +123,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
         if own or spell:
             out.append(f"  - {k}: " + "; ".join(x for x in (f"its own flags {own}" if own else "",
                                                            f"spelling {spell}" if spell else "") if x))
-    out += provenance_lines(m)
+    out += provenance_lines(m) + preparation_lines(data.folder)
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
     out.append(f"- **Fixed**: base flags {flags}; {per}, the first "

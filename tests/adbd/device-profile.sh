@@ -12,6 +12,9 @@
 # inodes), so a test writes PROFILE/... from outside and the device sees it at once, and reads back what
 # the device's shell wrote. It also gives the device its own tmpfs /data/local/tmp of
 # $BMOE_PROFILE_DATA_MB MiB (default 64), as the fleet devices have, unless BMOE_PROFILE_DATA_MB=0.
+# BMOE_PROFILE_UNROOTED=1 plays an unrooted phone's cpufreq: the cpufreq tree is bind-mounted read-only in the
+# device's namespace, so a governor written from the device's shell fails (EROFS) as a shell user's would (EACCES);
+# the test still changes the files from outside (the mount is the device's alone).
 set -euo pipefail
 [ "$#" -ge 2 ] || { echo "usage: device-profile.sh PROFILE CMD [ARGS...]" >&2; exit 2; }
 profile="$(cd "$1" && pwd)"; shift
@@ -28,6 +31,9 @@ lay() {  # lay SOURCE TARGET: bind SOURCE over TARGET, which must exist (sysfs t
 }
 lay sys/class/thermal /sys/class/thermal
 lay sys/devices/system/cpu/cpufreq /sys/devices/system/cpu/cpufreq
+if [ "${BMOE_PROFILE_UNROOTED:-0}" = 1 ]; then
+    mount -o remount,bind,ro /sys/devices/system/cpu/cpufreq
+fi
 mb="${BMOE_PROFILE_DATA_MB:-64}"
 if [ "$mb" != 0 ]; then
     mkdir -p /data

@@ -83,6 +83,13 @@ PHONE = Layout(
            Zone("gpuss-0", 33.0), Zone("battery", 28.0), Zone("skin-therm", 31.0)),
 )
 
+# A phone of two cores, little 0 at 1.8 GHz and big 1 at 3.0 GHz: the test VM has two cpus, so a process pinned to
+# this phone's fastest core (taskset 2) really runs there.
+DUO = Layout(
+    policies=(Policy((0,), 1_804_800), Policy((1,), 3_014_400)),
+    zones=(Zone("cpu-0-0", 35.0), Zone("cpu-1-0", 37.5), Zone("battery", 28.0), Zone("skin-therm", 31.0)),
+)
+
 # Another phone, for tests that need two that differ: 2 policies (0-5, 6-7), other zone names, on battery.
 PHONE_B = Layout(
     policies=(Policy((0, 1, 2, 3, 4, 5), 2_000_000), Policy((6, 7), 2_850_000, governor="performance")),
@@ -378,16 +385,17 @@ class ProfiledDevice:
 
 
 def start_device(profile: DeviceProfile, port: int, *, server_port: int | None = None,
-                 data_mb: int = 64) -> ProfiledDevice:
+                 data_mb: int = 64, rooted: bool = True) -> ProfiledDevice:
     """A real adbd on 127.0.0.1:port in its own mount namespace with `profile` laid over it (and its own tmpfs
     /data/local/tmp of data_mb MiB), connected to the adb server (the session's, or the one on server_port).
-    Needs tests/adbd/run-adb-tests.sh's namespace (BMOE_TEST_ADBD, BMOE_TEST_ADB, only lo)."""
+    rooted=False plays an unrooted phone: the device's shell cannot write the cpufreq files (a read-only mount; the
+    test still can). Needs tests/adbd/run-adb-tests.sh's namespace (BMOE_TEST_ADBD, BMOE_TEST_ADB, only lo)."""
     launcher = os.environ["BMOE_TEST_ADBD"]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
     names = {ln.split(":")[1].strip().split("@")[0] for ln in links.splitlines() if ":" in ln}
     assert names == {"lo"}, "refusing to start adbd: this network namespace has interfaces other than lo"
     env = {"ADBD_PORT": str(port), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/",
-           "BMOE_PROFILE_DATA_MB": str(data_mb)}
+           "BMOE_PROFILE_DATA_MB": str(data_mb), "BMOE_PROFILE_UNROOTED": "0" if rooted else "1"}
     log = profile.root.parent / f"{profile.root.name}.adbd.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", str(LAYER),
@@ -425,9 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    layouts = {"phone": PHONE, "phone-b": PHONE_B}
+    layouts = {"phone": PHONE, "phone-b": PHONE_B, "duo": DUO}
     if len(args) not in (1, 2) or (len(args) == 2 and args[1] not in layouts):
-        print("usage: python -m tests.helpers.device_profile DIR [phone|phone-b]", file=sys.stderr)
+        print("usage: python -m tests.helpers.device_profile DIR [phone|phone-b|duo]", file=sys.stderr)
         return 2
     DeviceProfile.create(Path(args[0]), layouts[args[1] if len(args) == 2 else "phone"])
     print(Path(args[0]).resolve())
