@@ -67,7 +67,7 @@ def plan_items(spec: PrepareSpec, seen: Observed, serial: str) -> Planned:
         if seen.stay_on is None:
             raise cannot("screen", "`settings get global stay_on_while_plugged_in`")
         out.items.append(StayOnItem(kind="stay_on", original=seen.stay_on, applied=STAY_ON_TRUE))
-    elif spec.screen == "off":
+    elif spec.screen == "turn_off":
         if seen.awake is None:
             raise cannot("screen", "`dumpsys power`")
         if seen.awake:
@@ -168,12 +168,12 @@ class Preparer:
         if refused:
             j.items = [it for it in j.items if it not in refused]
             in_force = ", ".join(f"{g.policy} {g.original}" for g in refused)
-            j.notes = [*j.notes, f"governor {self.spec.governor} could not be set (not root?): {in_force} in force"]
+            j.governor_refused = f"governor {self.spec.governor} could not be set (not root?): {in_force} in force"
             self.console.print(f"{dev.serial}: governor {self.spec.governor} could not be set (not root?); the "
                                f"governor in force is recorded: {in_force}", highlight=False)
         j.state = "applied"
         fmt.save(self.folder, j)
-        self.console.print(f"{dev.serial}: prepared: {j.summary()}", highlight=False)
+        self.console.print(f"{dev.serial}: prepared: {j.summary(refused=False)}", highlight=False)
         return j
 
     def _apply_all(self, j: Journal, dev: RemoteShell) -> list[GovernorItem]:
@@ -283,9 +283,14 @@ def restore_folder(folder: Path, console: Console, connect) -> int:
     from harness.formats.campaign_fleet import parse_server
 
     failed = 0
-    paths = fmt.journals(folder)
-    todo = [(p, fmt.load(p)) for p in paths]
-    for p, j in todo:
+    todo = fmt.journals(folder)
+    for p in todo:
+        try:
+            j = fmt.load(p)  # a journal refused leaves its device alone; the others are still put back
+        except UserError as e:
+            failed += 1
+            console.print(str(e), highlight=False, soft_wrap=True)
+            continue
         if j.state == "restored":
             console.print(f"{j.serial}: already restored ({p.name})", highlight=False)
             continue
@@ -296,9 +301,9 @@ def restore_folder(folder: Path, console: Console, connect) -> int:
             why = str(e)
         if why:
             failed += 1
-            console.print(f"{j.serial}: not restored: {why}", highlight=False)
+            console.print(f"{j.serial}: not restored: {why}", highlight=False, soft_wrap=True)
         else:
-            console.print(f"{j.serial}: restored ({j.summary()})", highlight=False)
+            console.print(f"{j.serial}: restored ({j.summary()})", highlight=False, soft_wrap=True)
     if not todo:
         console.print(f"{folder}: no device-preparation journal (prepared/*.json): nothing to restore",
                       highlight=False)

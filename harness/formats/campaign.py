@@ -229,7 +229,7 @@ class CampaignFile(_Model):
         "s); `--device-timeout` overrides it. Not part of the plan: a folder resumes with another"))
     prepare: PrepareSpec | None = Field(None, description=(
         "adb devices: prepared before the runs and restored after (a journal in the folder's prepared/): "
-        "{screen: off, charger: unplug, battery_min_pct: 50, pin_cores: 4, governor: performance}"))
+        "{screen: turn_off, charger: unplug, battery_min_pct: 50, pin_cores: 4, governor: performance}"))
 
     def relation_problems(self) -> list[tuple[Loc, str]]:
         """Every rule between fields this file breaks, as (location, message)."""

@@ -21,8 +21,8 @@ class PrepareSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    screen: Literal["leave", "stay_awake", "off"] = Field("leave", description=(
-        "stay_awake: `svc power stayon true` (awake while plugged in); off: the screen turned off "
+    screen: Literal["leave", "stay_awake", "turn_off"] = Field("leave", description=(
+        "stay_awake: `svc power stayon true` (awake while plugged in); turn_off: the screen turned off "
         "(`input keyevent KEYCODE_SLEEP`); leave: untouched. The setting in force before is put back after"))
     battery_min_pct: int | None = Field(None, ge=1, le=100, description=(
         "refuse to start a device whose battery is below this level (after waiting battery_wait_s for it)"))
@@ -51,7 +51,7 @@ class PrepareSpec(BaseModel):
         if self.screen == "stay_awake" and self.charger == "unplug":
             out.append((("prepare", "screen"), "prepare.screen stay_awake keeps a device awake only while Android "
                                                "counts it as plugged in, which charger: unplug stops; use screen: "
-                                               "off, or charger: leave"))
+                                               "turn_off, or charger: leave"))
         if self.battery_wait_s and self.battery_min_pct is None:
             out.append((("prepare", "battery_wait_s"), "prepare.battery_wait_s waits for battery_min_pct: set it"))
         return out

@@ -31,7 +31,7 @@ def _pattern(rx: str, what: str):
 
     def check(v: str) -> str:
         if not compiled.fullmatch(v):
-            raise ValueError(f"{shown(v, 40)!r} is not {what}")
+            raise ValueError(f"{shown(v, 40)} is not {what}")
         return v
     return AfterValidator(check)
 
@@ -112,9 +112,10 @@ class Journal(Record):
     governors: dict[PolicyName, Governor] = Field(default_factory=dict, max_length=256)  # in force at the start
     pin: Pin | None = None
     notes: list[Annotated[str, Field(max_length=300)]] = Field(default_factory=list, max_length=20)
+    governor_refused: str | None = Field(None, max_length=2000)  # the governor asked could not be set: why, in force
 
-    def summary(self) -> str:
-        """One line: what preparation did on this device."""
+    def summary(self, refused: bool = True) -> str:
+        """One line: what preparation did on this device (`refused`: with the governor it could not set)."""
         parts: list[str] = []
         for it in self.items:
             if isinstance(it, StayOnItem):
@@ -134,7 +135,7 @@ class Journal(Record):
             parts.append("governor " + ", ".join(f"{g.policy} {g.original} -> {g.applied}" for g in govs))
         elif self.governors:
             parts.append("governor in force " + ", ".join(f"{k} {v}" for k, v in self.governors.items()))
-        parts += self.notes
+        parts += self.notes + ([self.governor_refused] if refused and self.governor_refused else [])
         return "; ".join(parts) + f" [{self.state}]"
 
 

@@ -58,7 +58,7 @@ def _seen(**kw) -> Observed:
 
 
 def test_the_plan_changes_only_what_differs():
-    spec = PrepareSpec(screen="off", charger="unplug", pin_cores=4, governor="performance")
+    spec = PrepareSpec(screen="turn_off", charger="unplug", pin_cores=4, governor="performance")
     p = plan_items(spec, _seen(), "s1")
     assert [it.kind for it in p.items] == ["screen", "battery", "governor", "governor"]
     assert [(it.policy, it.original) for it in p.items if it.kind == "governor"] == [("policy4", "schedutil"),
@@ -95,8 +95,8 @@ def _campaign(**kw) -> list[str]:
 
 def test_the_key_is_for_adb_devices_and_its_rules_hold():
     adb = {"target": {"kind": "adb"}, "engine": {"kind": "external", "path": "/e"}}
-    assert _campaign(**adb, prepare={"screen": "off", "charger": "unplug", "pin_cores": 4}) == []
-    assert _campaign(prepare={"screen": "off"}) == [
+    assert _campaign(**adb, prepare={"screen": "turn_off", "charger": "unplug", "pin_cores": 4}) == []
+    assert _campaign(prepare={"screen": "turn_off"}) == [
         "prepare applies to adb devices (target adb, or a fleet): remove it"]
     assert _campaign(prepare={}) == []  # nothing asked: nothing to refuse
     assert any("stay_awake keeps a device awake only while" in m
