@@ -164,6 +164,10 @@ def test_every_item_is_applied_during_the_runs_and_put_back_after(tmp_path, devi
     assert f"**Device preparation**, {dev.serial}: screen off; on battery (dumpsys battery unplug); battery 80% " \
            f"at the start; engine pinned to cpu 1 (taskset 2); governor policy1 schedutil -> performance " \
            f"[restored]" in md
+    r = subprocess.run([*BENCH, "check", str(res.folder)], capture_output=True, text=True, timeout=120)
+    # the journal is no stray file to the folder's check (a Linux adbd has no Android fingerprint: its one problem)
+    said = " ".join((r.stdout + r.stderr).split())
+    assert "provenance: device fingerprint lacks fingerprint, soc, android" in said and "prepared" not in said
 
 
 def test_stay_awake_and_a_charger_left_plugged_in(tmp_path, device):
@@ -299,3 +303,36 @@ def test_a_hostile_journal_is_refused_before_anything_runs_on_the_device(tmp_pat
         f"(items.0.governor.original: Value error, 'x; input keyevent KEYCODE_SLEEP' is not a cpufreq "
         f"governor's name); restore that device by hand"]
     assert dev.profile.snapshot() == before
+
+
+def test_a_fleet_prepares_and_restores_each_device(tmp_path, device):
+    rooted, unrooted = device(), device(rooted=False)
+    before = {d.serial: d.profile.snapshot() for d in (rooted, unrooted)}
+    p = _campaign(tmp_path, rooted.serial, EVERYTHING)
+    text = p.read_text().replace(f'target: {{kind: adb, serial: "{rooted.serial}"}}\n',
+                                 f'targets: [{{serial: "{rooted.serial}", label: a}}, '
+                                 f'{{serial: "{unrooted.serial}", label: b}}]\n')
+    p.write_text(text)
+    made: dict[str, Watching] = {}
+
+    def make(d) -> Watching:
+        made[d.serial] = Watching(rooted if d.serial == rooted.serial else unrooted)
+        return made[d.serial]
+
+    out = StringIO()
+    try:
+        res = run_campaign(p, root=tmp_path / "bd", console=Console(file=out, width=300), fleet_target=make)
+    finally:
+        for t in made.values():
+            t.close()
+    assert (res.n_ok, res.n_failed) == (4, 0)
+    assert [s["governors"]["policy1"] for s in made[rooted.serial].seen] == ["performance"] * 2
+    assert [s["governors"]["policy1"] for s in made[unrooted.serial].seen] == ["schedutil"] * 2
+    assert all(not s["screen_on"] and s["battery_frozen"] for t in made.values() for s in t.seen)
+    assert [x for x in out.getvalue().splitlines() if "could not be set" in x] == [
+        f"{unrooted.serial}: governor performance could not be set (not root?); the governor in force is recorded: "
+        f"policy1 schedutil"]
+    for d in (rooted, unrooted):
+        assert d.profile.snapshot() == before[d.serial]
+        assert _journal(res.folder, d.serial).state == "restored"
+    assert all(r.argv[:2] == ["taskset", "2"] for r in load_manifest(res.folder).runs)
