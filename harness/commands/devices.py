@@ -34,7 +34,8 @@ def register(app: typer.Typer) -> None:
             "put back every device a campaign folder's preparation left changed (its prepared/*.json journals, "
             "e.g. after the host was killed) instead of listing; exit 1 if one could not be")),
     ) -> None:
-        """List adb devices and their state (one line each), and the SSH targets of --campaign files."""
+        """List adb devices and their state (one line each), and the SSH targets of --campaign files; or, with
+        --restore FOLDER, put back the devices a campaign folder's preparation left changed."""
         from harness.devices.timeouts import command_limits
 
         with command_limits(device_timeout):
