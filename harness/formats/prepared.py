@@ -164,6 +164,9 @@ def journal_path(folder: Path, serial: str) -> Path:
 def save(folder: Path, j: Journal) -> Path:
     """Write the journal (atomically, synced) under folder/prepared/."""
     p = journal_path(folder, j.serial)
+    if p.parent.is_symlink() or p.is_symlink():
+        raise UserError(f"{p.parent if p.parent.is_symlink() else p}: a symbolic link; a campaign folder holds only "
+                        f"plain files and folders (a link could make bmoe-bench write outside it): remove it")
     p.parent.mkdir(exist_ok=True)
     atomic_write_json(p, j.model_dump(mode="json"))
     return p

@@ -167,3 +167,15 @@ def test_a_journal_under_another_devices_name_or_not_json_is_refused(tmp_path):
         fmt.load(_write(tmp_path, "{", serial="x"))
     with pytest.raises(UserError, match="nested deeper"):
         fmt.load(_write(tmp_path, "[" * 200 + "]" * 200, serial="y"))
+
+
+def test_a_journal_is_never_written_through_a_link(tmp_path):
+    j = fmt.Journal.model_validate(_journal())
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / fmt.DIR).symlink_to(outside)
+    with pytest.raises(UserError, match="a symbolic link"):
+        fmt.save(folder, j)
+    assert list(outside.iterdir()) == [] and fmt.journals(folder) == []
