@@ -208,7 +208,7 @@ class Preparer:
                 self.console.print(f"{dev.serial}: battery at {level}%, waiting up to {self.spec.battery_wait_s:g} s "
                                    f"for {want}% (prepare.battery_min_pct)", highlight=False)
                 said = True
-            end = min(deadline, time.monotonic() + BATTERY_POLL_S)
+            end = min(deadline, time.monotonic() + min(BATTERY_POLL_S, max(1.0, self.spec.battery_wait_s / 20)))
             while time.monotonic() < end:
                 interrupts.check()
                 time.sleep(0.2)

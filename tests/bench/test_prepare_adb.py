@@ -231,6 +231,21 @@ def test_a_battery_below_the_minimum_refuses_the_start_in_one_line(tmp_path, dev
     assert not list((tmp_path / "bd").glob("*/prepared/*.json"))  # nothing was changed, nothing journalled
 
 
+def test_a_charging_battery_is_waited_for(tmp_path, device):
+    dev = device(level=40)
+    out = StringIO()
+    charged = threading.Timer(2.0, lambda: dev.profile.set_battery(level=60))  # the charger at work
+    charged.start()
+    try:
+        res = run_campaign(_campaign(tmp_path, dev.serial, "{battery_min_pct: 50, battery_wait_s: 120}"),
+                           root=tmp_path / "bd", console=Console(file=out, width=300))
+    finally:
+        charged.cancel()
+    assert res.n_ok == 2
+    assert f"{dev.serial}: battery at 40%, waiting up to 120 s for 50% (prepare.battery_min_pct)" in out.getvalue()
+    assert _journal(res.folder, dev.serial).battery_level == 60
+
+
 def test_ctrl_c_mid_campaign_puts_the_device_back(tmp_path, device):
     dev = device()
     before = dev.profile.snapshot()
