@@ -18,9 +18,13 @@ per device, and ONE writer (the calling thread) that receives every event in ord
   goes on; else it is lost: its remaining runs go to the other devices when no owner binds them (spread),
   or are left not run (compare). A UserError from run_one on a device that answers gives that device up
   (its run put back); a ResourceError (a full disk here) or any other exception stops the whole campaign.
+- `deferred(result)`: a result that says its run was not started because its device did not meet the cooldown
+  condition (cooldown.on_timeout: defer): `Event("deferred", label, i, result, text="again" | "left")`; the run
+  goes to the end of its queue (its device's, or the shared one, where a cooler device may take it) while it has
+  been deferred at most `max_deferrals` times in this schedule, else it is left unrun (`Report.deferred`).
 - Ctrl-C (KeyboardInterrupt in the calling thread): every session is interrupted (the engine killed on its
   device), the workers joined, every run that finished meanwhile (or whose news was still queued) handed to
-  `on_events` as "done", and it is re-raised. Runs in progress are then left pending.
+  `on_events` as "done" (and every deferral as "deferred"), and it is re-raised. Runs in progress are then left pending.
 
 Returns a `Report`: the runs no device ran (still pending) and why each lost device was given up. Pure
 threading: no adb, no files; harness.campaigns.fleet.rounds runs a campaign's runs through it."""
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness import interrupts
+from harness.campaigns.steady import DeferBudget
 from harness.errors import ResourceError, UserError
 
 STOP_WAIT_S = 1.7  # Ctrl-C or SIGTERM: how long the workers get to stop their runs (each kill is bounded: 1.5 s)
@@ -67,7 +72,7 @@ class Member:
 
 @dataclass
 class Event:
-    kind: str  # start | done | waiting | back | lost
+    kind: str  # start | done | deferred | waiting | back | lost
     label: str
     index: int | None = None
     result: Any = None
@@ -78,6 +83,7 @@ class Event:
 class Report:
     not_run: list[int] = field(default_factory=list)  # runs no device ran, in plan order
     lost: dict[str, str] = field(default_factory=dict)  # device label -> why it was given up
+    deferred: list[int] = field(default_factory=list)  # runs deferred past max_deferrals: not run, not queued
 
 
 class _Queues:
@@ -104,6 +110,10 @@ class _Queues:
         with self.lock:
             (self.own[label] if owned else self.shared).appendleft(i)
 
+    def put_last(self, label: str, i: int, owned: bool) -> None:
+        with self.lock:
+            (self.own[label] if owned else self.shared).append(i)
+
     def waiting(self, label: str) -> int:
         with self.lock:
             return len(self.own[label]) + len(self.shared)
@@ -120,7 +130,8 @@ class _Fatal(Exception):
 
 def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int], str | None] | None,
              on_events: Callable[[list[Event]], None], grace_s: float, poll_s: float = 1.0,
-             opened: dict[str, Session] | None = None) -> Report:
+             opened: dict[str, Session] | None = None, deferred: Callable[[Any], bool] | None = None,
+             max_deferrals: int = 0) -> Report:
     """Run `pending` over `members`, one worker thread each, all at once (see the module's docstring)."""
     labels = [m.label for m in members]
     if len(set(labels)) != len(labels):
@@ -131,6 +142,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
     report = Report()
     sessions: dict[str, Session] = dict(opened or {})
     lock = threading.Lock()
+    budget = DeferBudget(max_deferrals)
 
     def wait_for(m: Member, why: str) -> Session | None:
         t0 = time.monotonic()
@@ -189,6 +201,15 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                         events.put(Event("lost", m.label, text=f"given up: {e}"))
                         return
                     raise _Fatal(e) from None
+                if deferred is not None and deferred(result):
+                    with lock:
+                        again = budget.again(i)
+                        if not again:
+                            report.deferred.append(i)
+                    if again:
+                        q.put_last(m.label, i, owner is not None and owner(i) is not None)
+                    events.put(Event("deferred", m.label, i, result, text="again" if again else "left"))
+                    continue
                 events.put(Event("done", m.label, i, result))
         except _Fatal as f:
             events.put(f)
@@ -241,6 +262,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
     if fatal is not None:
         raise fatal
     report.not_run = q.left()
+    report.deferred.sort()
     return report
 
 
@@ -260,13 +282,13 @@ def _hand_over_done(batch: list, events: queue.Queue, on_events: Callable[[list[
     was handling, still queued on a busy writer, or finished while the workers stopped) go to the writer again,
     so the interrupted manifest lists every run that finished (the writer ignores a run it already recorded).
     Best effort: a failure here must not hide the interrupt."""
-    done = [x for x in batch if isinstance(x, Event) and x.kind == "done"]
+    done = [x for x in batch if isinstance(x, Event) and x.kind in ("done", "deferred")]
     while True:
         try:
             x = events.get_nowait()
         except queue.Empty:
             break
-        if isinstance(x, Event) and x.kind == "done":
+        if isinstance(x, Event) and x.kind in ("done", "deferred"):
             done.append(x)
     if done:
         try:
