@@ -21,7 +21,8 @@ per device, and ONE writer (the calling thread) that receives every event in ord
 - `deferred(result)`: a result that says its run was not started because its device did not meet the cooldown
   condition (cooldown.on_timeout: defer): `Event("deferred", label, i, result, text="again" | "left")`; the run
   goes to the end of its queue (its device's, or the shared one, where a cooler device may take it) while it has
-  been deferred at most `max_deferrals` times in this schedule, else it is left unrun (`Report.deferred`).
+  been deferred at most `max_deferrals` times in this schedule, else it is left unrun (`Report.deferred`). With
+  `deferred` given, a device with nothing left to take stays while another holds a shared run that may come back.
 - Ctrl-C (KeyboardInterrupt in the calling thread): every session is interrupted (the engine killed on its
   device), the workers joined, every run that finished meanwhile (or whose news was still queued) handed to
   `on_events` as "done" (and every deferral as "deferred"), and it is re-raised. Runs in progress are then left pending.
@@ -93,6 +94,7 @@ class _Queues:
         self.lock = threading.Lock()
         self.own: dict[str, deque[int]] = {x: deque() for x in labels}
         self.shared: deque[int] = deque()
+        self.out: set[int] = set()  # shared runs a device has taken and not yet finished (or put back)
         for i in pending:
             o = owner(i) if owner is not None else None
             (self.own[o] if o is not None else self.shared).append(i)
@@ -104,15 +106,32 @@ class _Queues:
     def take(self, label: str) -> int | None:
         with self.lock:
             q = self.own[label] or self.shared
-            return q.popleft() if q else None
+            if not q:
+                return None
+            i = q.popleft()
+            if q is self.shared:
+                self.out.add(i)
+            return i
 
     def put_back(self, label: str, i: int, owned: bool) -> None:
         with self.lock:
+            self.out.discard(i)
             (self.own[label] if owned else self.shared).appendleft(i)
 
     def put_last(self, label: str, i: int, owned: bool) -> None:
         with self.lock:
+            self.out.discard(i)
             (self.own[label] if owned else self.shared).append(i)
+
+    def settle(self, i: int) -> None:
+        """Run i is finished, or left: it will not come back to a queue."""
+        with self.lock:
+            self.out.discard(i)
+
+    def coming_back(self) -> bool:
+        """A shared run is on a device now, and may come back (deferred) for another device to take."""
+        with self.lock:
+            return bool(self.out)
 
     def waiting(self, label: str) -> int:
         with self.lock:
@@ -171,7 +190,12 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
         s = sessions.get(m.label)
         why = "not opened yet"
         try:
-            while not stop.is_set() and q.has_work(m.label):
+            while not stop.is_set():
+                if not q.has_work(m.label):
+                    if deferred is None or not q.coming_back():
+                        return
+                    stop.wait(0.1)  # a run another device holds may be deferred: stay to take it
+                    continue
                 gone = s.gone() if s is not None else why
                 if gone is not None:
                     s = wait_for(m, gone)
@@ -208,8 +232,11 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                             report.deferred.append(i)
                     if again:
                         q.put_last(m.label, i, owner is not None and owner(i) is not None)
+                    else:
+                        q.settle(i)
                     events.put(Event("deferred", m.label, i, result, text="again" if again else "left"))
                     continue
+                q.settle(i)
                 events.put(Event("done", m.label, i, result))
         except _Fatal as f:
             events.put(f)
