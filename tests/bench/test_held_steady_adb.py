@@ -157,5 +157,6 @@ def test_throttling_during_a_run_is_recorded_and_marked_next_to_its_cell(tmp_pat
     assert re.search(rf"^† {re.escape(label)}: throttled during {hot.run_id} \(policy7 capped at 50% of its "
                      rf"maximum, thermal status 3, for [0-9.]+ s\)$", text, re.MULTILINE), text
     assert f"- throttling: the device throttled during 1 run(s) ({hot.run_id}) of {label}" in text
+    assert "the CPU frequency ceiling fell" not in text  # raised once, by the run's own record
     notes = check_folder(folder).notes
     assert f"the device throttled during run(s) {hot.run_id} (findings.md marks their cells)" in notes
