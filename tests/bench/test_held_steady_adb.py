@@ -120,7 +120,7 @@ def test_a_strict_temperature_target_defers_a_hot_phones_runs_and_runs_them_once
     phone.profile.cool()
     r = _bench("run", str(p), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert "2 runs ok, 0 failed" in r.stdout
+    assert "2 runs ok, 0 failed" in r.stdout and "2 deferred earlier (the device was hot)" in r.stderr
     m = load_manifest(folder)
     assert m.status == "complete" and all(x.status == "ok" and len(x.deferrals) == 2 for x in m.runs)
     assert all(x.entry_state.cpu_temp_c == 37.5 for x in m.runs)  # ran cool
