@@ -160,3 +160,44 @@ def test_throttling_during_a_run_is_recorded_and_marked_next_to_its_cell(tmp_pat
     assert "the CPU frequency ceiling fell" not in text  # raised once, by the run's own record
     notes = check_folder(folder).notes
     assert f"the device throttled during run(s) {hot.run_id} (findings.md marks their cells)" in notes
+
+
+def test_a_fleet_defers_only_its_hot_phones_runs_and_runs_them_again_once_it_cooled(tmp_path):
+    """A compare fleet over two profiled phones behind a real adb server (tests/helpers/adb_fleet.py): the hot one's
+    runs are deferred and left unrun, the cool one's run; cooled, `run` again runs only the deferred ones."""
+    if not os.environ.get("BMOE_TEST_ADBD"):
+        pytest.skip("needs BMOE_TEST_ADBD (set by tests/adbd/run-adb-tests.sh)")
+    from tests.helpers.adb_fleet import Lab
+
+    server, ports = 5061, {"hot": 15691, "cool": 15692}
+    profiles = {x: DeviceProfile.create(tmp_path / x, PHONE) for x in ports}
+    profiles["hot"].heat(88.5)
+    lab = Lab()
+    try:
+        lab.start_server(server)
+        for x, port in ports.items():
+            lab.start_device(port, server, profiles[x].root)
+        p = _campaign(tmp_path, "unused", "{cpu_temp_max_c: 45, max_wait_s: 1, poll_s: 0.2, on_timeout: defer, "
+                                          "max_deferrals: 1}", "{flag: --n-unused, values: [1]}")
+        targets = "".join(f'  - {{serial: "127.0.0.1:{port}", server: "127.0.0.1:{server}", label: {x}}}\n'
+                          for x, port in ports.items())
+        p.write_text(p.read_text().replace('target: {kind: adb, serial: "unused"}\n', "")
+                     + "fleet: {use: compare, device_grace_s: 20}\ntargets:\n" + targets)
+        out = tmp_path / "bd"
+        r = _bench("run", str(p), "--out", str(out))
+        assert r.returncode != 0 and "2 run(s) deferred, not run hot" in r.stderr.replace("\n", " "), r.stderr
+        folder = next(out.glob("*-steady"))
+        m = load_manifest(folder)
+        cells = {c.index: c.device for c in m.campaign.cells}
+        assert m.status.startswith("incomplete: 2 run(s) deferred, not run hot")
+        assert sorted((cells[x.cell], x.status, len(x.deferrals)) for x in m.runs) == [
+            ("cool", "ok", 0), ("cool", "ok", 0), ("hot", "pending", 2), ("hot", "pending", 2)]
+
+        profiles["hot"].cool()
+        r = _bench("run", str(p), "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        m = load_manifest(folder)
+        assert m.status == "complete" and all(x.status == "ok" and x.device == cells[x.cell] for x in m.runs)
+        assert sorted(len(x.deferrals) for x in m.runs) == [0, 0, 2, 2]
+    finally:
+        lab.close()
