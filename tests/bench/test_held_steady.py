@@ -310,3 +310,12 @@ def test_in_a_compare_fleet_a_hot_devices_runs_are_left_deferred(tmp_path):
                         console=quiet(), fleet_target=lambda d: ProfiledLocal(hot if d.label == "hot" else cool))
     assert res2.folder == res.folder and (res2.n_ok, res2.n_deferred) == (4, 0)
     assert load_manifest(res.folder).status == "complete"
+
+
+def test_the_new_keys_enter_the_plan_only_when_set_so_older_folders_resume():
+    from harness.campaigns.runner import _cooldown
+
+    assert _cooldown(Cooldown(max_wait_s=5)).model_dump(exclude_unset=True) == {
+        "cpu_temp_max_c": None, "mem_available_min_mib": None, "max_wait_s": 5.0, "poll_s": 2.0}  # as before them
+    strict = _cooldown(Cooldown(on_timeout="defer", between_runs_s=30)).model_dump(exclude_unset=True)
+    assert strict["on_timeout"] == "defer" and strict["between_runs_s"] == 30 and "max_deferrals" not in strict
