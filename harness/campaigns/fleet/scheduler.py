@@ -22,7 +22,8 @@ per device, and ONE writer (the calling thread) that receives every event in ord
   condition (cooldown.on_timeout: defer): `Event("deferred", label, i, result, text="again" | "left")`; the run
   goes to the end of its queue (its device's, or the shared one, where a cooler device may take it) while it has
   been deferred at most `max_deferrals` times in this schedule, else it is left unrun (`Report.deferred`). With
-  `deferred` given, a device with nothing left to take stays while another holds a shared run that may come back.
+  `deferred` given, a device with nothing left to take stays while another holds a shared run that may come back,
+  and a shared run a device deferred goes to another device that waits for one before it goes back to the first.
 - Ctrl-C (KeyboardInterrupt in the calling thread): every session is interrupted (the engine killed on its
   device), the workers joined, every run that finished meanwhile (or whose news was still queued) handed to
   `on_events` as "done" (and every deferral as "deferred"), and it is re-raised. Runs in progress are then left pending.
@@ -95,6 +96,8 @@ class _Queues:
         self.own: dict[str, deque[int]] = {x: deque() for x in labels}
         self.shared: deque[int] = deque()
         self.out: set[int] = set()  # shared runs a device has taken and not yet finished (or put back)
+        self.deferred_by: dict[int, str] = {}  # a shared run deferred -> the device that deferred it last
+        self.idle: set[str] = set()  # devices waiting for a run to come back
         for i in pending:
             o = owner(i) if owner is not None else None
             (self.own[o] if o is not None else self.shared).append(i)
@@ -105,13 +108,18 @@ class _Queues:
 
     def take(self, label: str) -> int | None:
         with self.lock:
-            q = self.own[label] or self.shared
-            if not q:
-                return None
-            i = q.popleft()
-            if q is self.shared:
-                self.out.add(i)
-            return i
+            if self.own[label]:
+                self.idle.discard(label)
+                return self.own[label].popleft()
+            others_idle = bool(self.idle - {label})
+            for k, i in enumerate(self.shared):  # a run this device deferred goes to another one that waits
+                if self.deferred_by.get(i) != label or not others_idle:
+                    del self.shared[k]
+                    self.out.add(i)
+                    self.idle.discard(label)
+                    return i
+            self.idle.add(label)
+            return None
 
     def put_back(self, label: str, i: int, owned: bool) -> None:
         with self.lock:
@@ -119,9 +127,17 @@ class _Queues:
             (self.own[label] if owned else self.shared).appendleft(i)
 
     def put_last(self, label: str, i: int, owned: bool) -> None:
+        """Run i deferred by this device: to the end of its queue (a shared one: noted as deferred by it)."""
         with self.lock:
             self.out.discard(i)
             (self.own[label] if owned else self.shared).append(i)
+            if not owned:
+                self.deferred_by[i] = label
+
+    def waits(self, label: str, waiting: bool) -> None:
+        """This device waits for a run to come back (True), or has stopped waiting (False)."""
+        with self.lock:
+            (self.idle.add if waiting else self.idle.discard)(label)
 
     def settle(self, i: int) -> None:
         """Run i is finished, or left: it will not come back to a queue."""
@@ -194,6 +210,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                 if not q.has_work(m.label):
                     if deferred is None or not q.coming_back():
                         return
+                    q.waits(m.label, True)
                     stop.wait(0.1)  # a run another device holds may be deferred: stay to take it
                     continue
                 gone = s.gone() if s is not None else why
@@ -207,6 +224,9 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                     continue
                 i = q.take(m.label)
                 if i is None:
+                    if deferred is not None and (q.has_work(m.label) or q.coming_back()):
+                        stop.wait(0.1)  # only runs this device deferred, left for a device that waits
+                        continue
                     return
                 events.put(Event("start", m.label, i))
                 try:
@@ -243,6 +263,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
         except BaseException as e:  # a bug in a worker: stop everything, say what it was
             events.put(_Fatal(e))
         finally:
+            q.waits(m.label, False)
             events.put(None)  # this worker has ended
 
     threads = [threading.Thread(target=work, args=(m,), name=f"device-{m.label}", daemon=True) for m in members]
