@@ -39,7 +39,9 @@ def reopen(folder: Path, m: Manifest, name: str, retry_failed: bool, console: Co
         again = store.reset_failed(m)
         console.print(f"retrying {len(again)} failed run(s): {' '.join(again)}")
     done = sum(r.finished for r in m.runs)
+    hot = sum(r.deferred for r in m.runs)  # left unrun by a strict temperature target: tried again now
     console.print(f"campaign {name}: resuming {folder} ({done}/{len(m.runs)} runs finished"
+                  f"{f', {hot} deferred earlier (the device was hot)' if hot else ''}"
                   f"{', dropped partial ' + ', '.join(gone) if gone else ''}"
                   f"{', adopted ' + ', '.join(adopted) if adopted else ''})", highlight=False)
 

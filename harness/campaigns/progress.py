@@ -94,6 +94,12 @@ class RunProgress(Bars):
         self.durations.append(self.clock() - self.t_start)
         self._runs_desc(current=False)
 
+    def deferred(self, run_id: str, label: str, why: str, again: bool) -> None:
+        """A run the gate gave up on, not started (cooldown.on_timeout: defer): one line."""
+        then = "tried again at the end of the queue" if again else "left unrun in this session"
+        self.console.print(f"{run_id} {label}: [yellow]deferred[/yellow], not run hot ({why}): {then}",
+                           highlight=False)
+
     def add_runs(self, n: int) -> None:
         """A round added (precision): n more runs to go."""
         self.total += n

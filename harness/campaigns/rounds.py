@@ -1,6 +1,8 @@
-"""The round scheduler of a campaign run: the pending runs in plan order, each gated on the cooldown
-condition, run as a fresh engine process, its raw files committed the moment it ends and the manifest
-rewritten (held back while its writes would take over 5% of the time: store.ManifestSaver); with
+"""The round scheduler of a campaign run: the pending runs in plan order, each after the fixed cool-down between
+runs and gated on the cooldown condition (a run the gate gave up on under `on_timeout: defer` goes to the end of
+the queue, and is left unrun past its budget: harness.campaigns.steady), run as a fresh engine process, its raw
+files committed the moment it ends (with the throttling its state samples show: harness.devices.throttle) and the
+manifest rewritten (held back while its writes would take over 5% of the time: store.ManifestSaver); with
 `precision:`, after every whole round from the minimum on, the decision of harness.campaigns.precision (the
 report's own intervals over the rounds so far): stop, or add the next round's runs to the manifest (pending, so a
 resumed campaign runs them) and go on."""
@@ -23,13 +25,15 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.provenance import model_mismatch, model_sha256
 from harness.campaigns.questions import take_replies
+from harness.campaigns.steady import DeferQueue, Pacer, deferral, left_unrun
 from harness.campaigns.traces import take_traces, trace_outputs
 from harness.campaigns.validate import Plan, engine_argv_tail
+from harness.devices.throttle import throttle_record
 from harness.errors import UserError
 from harness.formats.devstate import STATE_FILE, DeviceSample, write_states
 from harness.formats.files import disk_full, is_disk_full
 from harness.formats.manifest import ENGINE_LOG, METRICS_FILE, Manifest, RunRecord, save_manifest
-from harness.formats.outcome import Eviction, GateRecord, Outcome
+from harness.formats.outcome import Deferral, Eviction, GateRecord, Outcome
 from harness.formats.progress import parse_progress
 from harness.formats.replies import PROMPTS_FILE
 from harness.stats import tok_s
@@ -52,12 +56,17 @@ class CampaignResult:
     n_skipped: int  # finished in an earlier session
     n_not_run: int = 0  # a fleet campaign: runs left pending because their devices were lost (why: not_run)
     not_run: str = ""
+    n_deferred: int = 0  # runs left pending because the gate gave up on them (cooldown.on_timeout: defer)
+    deferred: str = ""  # the last reason
 
     @classmethod
-    def of(cls, folder: Path, m: Manifest, skipped: int, n_not_run: int = 0, not_run: str = "") -> CampaignResult:
+    def of(cls, folder: Path, m: Manifest, skipped: int, n_not_run: int = 0, not_run: str = "",
+           deferred: list[int] | None = None) -> CampaignResult:
+        """`deferred`: the indices of the runs left unrun by the gate in this session."""
+        hot = [m.runs[i] for i in deferred or []]
         return cls(folder=folder, n_ok=sum(r.status == "ok" for r in m.runs),
                    n_failed=sum(r.status == "failed" for r in m.runs), n_skipped=skipped, n_not_run=n_not_run,
-                   not_run=not_run)
+                   not_run=not_run, n_deferred=len(hot), deferred=hot[-1].deferrals[-1].reason if hot else "")
 
 
 @contextmanager
@@ -84,24 +93,32 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
                        tokens=c.tokens)
     rounds = f"{p.min_repeats}-{p.max_repeats}" if p is not None else str(c.repeats)
     saver = store.ManifestSaver(folder)  # after runs, at most 5% of the time; always at the end (closing)
+    cd = c.cooldown
+    pacer = Pacer(cd.between_runs_s)
     with closing(folder, m):
         ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
         with prog:
             while True:
-                for i, r in enumerate(m.runs):
-                    if r.finished:
-                        continue
+                queue = DeferQueue([i for i, r in enumerate(m.runs) if not r.finished], cd.max_deferrals)
+                while (i := queue.take()) is not None:
+                    r = m.runs[i]
                     cell = plan.cells[r.cell]
                     prog.start_run(r.run_id, cell.label, r.round + 1, rounds, cell.index)
-                    outcome, hashes = one_run(plan, r, folder, target, res, prog,
-                                              m.provenance.model_sha256 if m.provenance else None, m)
+                    done = one_run(plan, r, folder, target, res, prog,
+                                   m.provenance.model_sha256 if m.provenance else None, m, pacer)
+                    if isinstance(done, Deferral):
+                        m.runs[i] = r.defer(done)
+                        saver.save(m)
+                        prog.deferred(r.run_id, cell.label, done.reason, queue.defer(i))
+                        continue
+                    outcome, hashes = done
                     m.runs[i] = r.finish(outcome, hashes)
                     saver.save(m)
                     prog.end_run(r.run_id, cell.label, outcome.dump())
-                if p is None or not _add_round(plan, m, folder, prog):
+                if queue.left or p is None or not _add_round(plan, m, folder, prog):
                     break
-        m.status = "complete" if all(r.finished for r in m.runs) else "running"
-    return CampaignResult.of(folder, m, skipped)
+        m.status = "complete" if all(r.finished for r in m.runs) else (left_unrun(m.runs) or "running")
+    return CampaignResult.of(folder, m, skipped, deferred=queue.left)
 
 
 def _add_round(plan: Plan, m: Manifest, folder: Path, prog: RunProgress) -> bool:
@@ -123,10 +140,12 @@ def _add_round(plan: Plan, m: Manifest, folder: Path, prog: RunProgress) -> bool
 
 
 def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolved,
-            prog: RunProgress, want_model: dict[str, str] | None, m: Manifest | None = None
-            ) -> tuple[Outcome, dict[str, str]]:
+            prog: RunProgress, want_model: dict[str, str] | None, m: Manifest | None = None,
+            pacer: Pacer | None = None) -> tuple[Outcome, dict[str, str]] | Deferral:
     """Run it, write its raw files, commit its folder: (its outcome, the sha256 of each of its files). A
-    model file other than the campaign's (`want_model`, its sha256) fails the run without starting it."""
+    model file other than the campaign's (`want_model`, its sha256) fails the run without starting it. `pacer`:
+    the device's fixed cool-down between runs. With `cooldown.on_timeout: defer`, a gate that gives up gives the
+    run's Deferral instead: nothing started, nothing committed."""
     c = plan.campaign
     cell = plan.cells[r.cell]
     attempt = len(r.previous_attempts) + 1  # a retried run keeps the earlier ones' files (store.commit_run)
@@ -146,7 +165,12 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
         write_states(tmp / STATE_FILE, [])
         refused = _refused(refuse, store.iso(time.time()), have_model)
         return refused, store.commit_run(folder, r.run_id, refused, attempt)
+    rested = pacer.rest(prog.waiting) if pacer is not None else None
     gate = wait_for_gate(target.sample_state, c.cooldown, on_wait=prog.waiting)
+    later = deferral(gate, c.cooldown, store.iso(time.time()), rested)
+    if later is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return later
     evicted = None
     if c.target.kind == "local" and c.target.evict_model:
         from harness.campaigns.pagecache import evict_model_files
@@ -173,6 +197,8 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
             prog.token(d)
 
     t_start = time.time()
+    if pacer is not None:
+        pacer.ran()
     with StateSampler(target.sample_state) as sampler:
         done: RunOutcome = target.run(argv, timeout_s=c.timeout_s, outputs=outputs, out_dir=tmp,
                                       log_path=tmp / ENGINE_LOG, on_stdout_line=on_line)
@@ -217,8 +243,10 @@ def one_run(plan: Plan, r: RunRecord, folder: Path, target: Target, res: Resolve
         peak_mem_mib=done.peak_mem_mib,
         oom_killed=done.oom_killed, argv=argv,
         model_evicted=Eviction(**evicted) if evicted is not None else None,
-        gate=GateRecord(**gate.record()), entry_state=DeviceSample(**gate.entry),
+        gate=GateRecord(**gate.record(), **({"rested_s": rested} if rested is not None else {})),
+        entry_state=DeviceSample(**gate.entry),
         n_state_samples=len(sampler.samples), sampler_errors=sampler.errors, model_sha256=have_model,
+        throttle=throttle_record(sampler.samples, end_t=t_end),
     )
     return outcome, store.commit_run(folder, r.run_id, outcome, attempt)
 

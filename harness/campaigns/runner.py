@@ -36,7 +36,7 @@ from harness.campaigns.shard import Shard, rounds_text, shard_plan
 from harness.campaigns.validate import Plan, plan_campaign
 from harness.devices.timeouts import campaign_limits
 from harness.errors import UserError
-from harness.formats.campaign import EngineSpec
+from harness.formats.campaign import COOLDOWN_LATER, Cooldown, EngineSpec
 from harness.formats.hub_source import HubSource
 from harness.formats.manifest import (
     FORMAT,
@@ -66,6 +66,16 @@ def _every_field(m: M) -> M:
     return type(m).model_validate(m.model_dump())
 
 
+def _cooldown(cd: Cooldown) -> Cooldown:
+    """Every field set but those added later (COOLDOWN_LATER), set only when not their default: an older folder's
+    plan hashes the same and resumes."""
+    d = cd.model_dump()
+    for k in COOLDOWN_LATER:
+        if d[k] == Cooldown.model_fields[k].default:
+            del d[k]
+    return Cooldown.model_validate(d)
+
+
 def plan_record(plan: Plan) -> PlanRecord:
     """Everything that defines the runs (hashed: a resumed folder must have the same plan)."""
     c = plan.campaign
@@ -75,7 +85,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         model=_every_field(c.model), target=_every_field(c.target), engine=_every_field(c.engine),
         prompt=c.prompt, tokens=c.tokens, warmup_tokens=c.warmup_tokens, repeats=c.min_repeats(),
         order=c.order, seed=c.seed, cross=c.cross, timeout_s=c.timeout_s,
-        cooldown=_every_field(c.cooldown),
+        cooldown=_cooldown(c.cooldown),
         base_flags=c.flags,
         cells=[PlanCell(index=x.index, label=x.label, flags=x.flags, varied=x.varied,
                         **({"engine": x.engine, "setting": x.setting} if x.engine else {}),

@@ -119,6 +119,10 @@ def run(
     if res.n_not_run:
         raise RunFailed(f"{res.n_not_run} run(s) not run: {res.not_run or 'no device could take them'}; when the "
                         f"devices are back, run `{resume}` to run only those (finished runs are kept)")
+    if res.n_deferred:
+        raise RunFailed(f"{res.n_deferred} run(s) deferred, not run hot: the device did not meet the cooldown "
+                        f"condition ({res.deferred}); cool it and run `{resume}` to run only those (finished runs "
+                        f"are kept)")
     if res.n_failed:
         raise RunFailed(f"{res.n_failed} of {res.n_ok + res.n_failed} runs failed (reasons in "
                         f"{res.folder / MANIFEST}); fix the cause and run `{resume} --retry-failed` "

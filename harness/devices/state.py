@@ -1,4 +1,4 @@
-"""Device state: memory, thermal zones, cpufreq policies and battery, as one sample.
+"""Device state: memory, thermal zones, cpufreq policies, battery and Android's thermal status, as one sample.
 
 Pure parsers first, then two readers that feed them: `read_local(root)` reads a /proc + /sys tree from
 this machine's filesystem (or a fixture tree), and `STATE_SCRIPT` is a constant POSIX sh script that
@@ -140,6 +140,19 @@ def parse_dumpsys_battery(text: str | None) -> dict | None:
     }
 
 
+_THERMAL_STATUS = re.compile(r"^\s*Thermal Status:\s*(\d+)\s*$", re.MULTILINE)
+
+
+def parse_thermal_status(text: str | None) -> int | None:
+    """Android's thermal status (PowerManager THERMAL_STATUS_NONE 0 .. SHUTDOWN 6) from `dumpsys thermalservice`
+    (ThermalManagerService's dump: "Thermal Status: N", the same line since Android 10); None without one."""
+    m = _THERMAL_STATUS.search(text or "")
+    if m is None:
+        return None
+    v = int(m.group(1))
+    return v if v <= 6 else None
+
+
 def build_sample(
     *,
     t: float,
@@ -147,6 +160,7 @@ def build_sample(
     zones: list[tuple[str, str, str | None]],
     policies: list[tuple[str, str | None, str | None, str | None]],
     battery_text: str | None,
+    thermal_text: str | None = None,
 ) -> dict:
     """The sample (checked against DeviceSample) as a dict with every field."""
     thermal = thermal_map(zones)
@@ -157,6 +171,7 @@ def build_sample(
         cpu_temp_c=cpu_temp(thermal),
         cpufreq=cpufreq_map(policies),
         battery=parse_dumpsys_battery(battery_text),
+        thermal_status=parse_thermal_status(thermal_text),
     ).dump()
 
 
@@ -210,6 +225,10 @@ for p in "$R"/sys/devices/system/cpu/cpufreq/policy*; do
 done
 echo "@@battery"
 if command -v dumpsys >/dev/null 2>&1; then dumpsys battery 2>/dev/null; fi
+echo "@@thermalservice"
+if command -v dumpsys >/dev/null 2>&1; then
+  dumpsys thermalservice 2>/dev/null | while IFS= read -r l; do case "$l" in "Thermal Status:"*) echo "$l";; esac; done
+fi
 echo "@@end"
 """
 
@@ -218,6 +237,7 @@ def parse_state_dump(text: str, *, t: float) -> dict:
     """The output of STATE_SCRIPT -> a sample (same shape as read_local)."""
     meminfo: list[str] = []
     battery: list[str] = []
+    thermal: list[str] = []
     zones: list[tuple[str, str, str | None]] = []
     policies: list[tuple[str, str | None, str | None, str | None]] = []
     section = None
@@ -236,10 +256,13 @@ def parse_state_dump(text: str, *, t: float) -> dict:
             meminfo.append(line)
         elif section == "battery":
             battery.append(line)
+        elif section == "thermalservice":
+            thermal.append(line)
     return build_sample(
         t=t,
         meminfo_text="\n".join(meminfo),
         zones=zones,
         policies=policies,
         battery_text="\n".join(battery) or None,
+        thermal_text="\n".join(thermal) or None,
     )

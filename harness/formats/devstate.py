@@ -1,6 +1,6 @@
-"""Device-state samples: memory, thermal zones, cpufreq policies and battery at one moment, as the cooldown
-gate records at a run's entry (the manifest's `entry_state`) and the sampler writes about once a second
-during it (runs/<id>/state.jsonl, one JSON object per line, keys sorted).
+"""Device-state samples: memory, thermal zones, cpufreq policies, battery and Android's thermal status at one
+moment, as the cooldown gate records at a run's entry (the manifest's `entry_state`) and the sampler writes about
+once a second during it (runs/<id>/state.jsonl, one JSON object per line, keys sorted).
 
 A source that was missing (an empty sysfs in a VM, no dumpsys on a Linux adbd) is None or empty, never 0.
 The lines carry no version of their own: they belong to the manifest of their folder."""
@@ -55,6 +55,7 @@ class DeviceSample(Record):
     cpu_temp_c: float | None = None  # the hottest CPU-like zone
     cpufreq: dict[str, CpuFreq] = {}  # policy name -> frequencies
     battery: Battery | None = None
+    thermal_status: int | None = None  # Android's `dumpsys thermalservice` "Thermal Status" (0 none .. 6 shutdown)
 
 
 def state_lines(samples: Iterable[dict]) -> str:

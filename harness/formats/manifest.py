@@ -9,6 +9,8 @@ and of every run's outcome, rewritten atomically as runs finish.
     runs                one RunRecord per planned run, in plan order: its place, its outcome, and (v2) the
                         sha256 of every raw file of the run as committed (metrics.csv, state.jsonl,
                         engine.log, outcome.json, and a quality run's replies.jsonl)
+                        and `deferrals`: each time the cooldown gate gave up and the run was not started
+                        (cooldown.on_timeout: defer); a pending run with deferrals was left unrun, device hot
     sessions            one entry per `bmoe-bench run` that worked on the folder
     provenance          (v3) what exactly ran: the model files' sha256 (hashed on the target), each engine's
                         identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
@@ -46,7 +48,7 @@ from harness.formats.folder import MANIFEST, RUNS
 from harness.formats.folder import METRICS_FILE as METRICS_FILE  # likewise
 from harness.formats.folder_guard import inside, read_json, refuse_links, shown
 from harness.formats.hub_source import HubSource
-from harness.formats.outcome import Outcome
+from harness.formats.outcome import Deferral, Outcome
 from harness.formats.raw_hashes import Budget, changed, checked_names
 from harness.formats.raw_hashes import hash_files as hash_files  # campaigns/store.py imports it from here
 from harness.formats.record import Record, validate
@@ -200,6 +202,7 @@ class RunRecord(Attempt, RunSlot):
     status: Literal["pending", "ok", "failed"] = "pending"
     previous_attempts: list[Attempt] = []  # earlier failed attempts, oldest first (--retry-failed)
     device: str | None = None  # the label of the device it ran on (Manifest.devices); None: the campaign's target
+    deferrals: list[Deferral] = []  # each time the gate gave up and the run was deferred (cooldown.on_timeout)
 
     @property
     def finished(self) -> bool:
@@ -207,13 +210,22 @@ class RunRecord(Attempt, RunSlot):
 
     def slot(self) -> dict[str, Any]:
         """The run's place in the plan, and its earlier attempts if any."""
-        keep = [*RunSlot.model_fields, "previous_attempts"]
+        keep = [*RunSlot.model_fields, "previous_attempts", "deferrals"]
         return {k: getattr(self, k) for k in keep if k in self.model_fields_set}
 
     def finish(self, outcome: Outcome, sha256: dict[str, str], device: str | None = None) -> RunRecord:
         """This run, finished with `outcome`, its files committed with these hashes (on a fleet: on `device`)."""
         done = {k: getattr(outcome, k) for k in Outcome.model_fields if k in outcome.model_fields_set}
         return RunRecord(**self.slot(), **done, sha256=sha256, **({"device": device} if device else {}))
+
+    def defer(self, d: Deferral) -> RunRecord:
+        """This (pending) run, deferred once more: not started because the gate gave up."""
+        return RunRecord(**{**self.slot(), "deferrals": [*self.deferrals, d]}, status="pending")
+
+    @property
+    def deferred(self) -> bool:
+        """Pending, and deferred at least once (the device did not meet the cooldown condition)."""
+        return not self.finished and bool(self.deferrals)
 
     def retry(self) -> RunRecord:
         """This (failed) run pending again, its outcome kept as the newest previous attempt."""

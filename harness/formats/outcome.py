@@ -26,6 +26,34 @@ class GateRecord(Record):
     gave_up: bool
     reason: str | None  # why it waited or gave up; None when the condition held at once
     unchecked: list[str]  # conditions that could not be checked on this target
+    rested_s: float | None = None  # the fixed cool-down slept before the gate (cooldown.between_runs_s); absent: none
+
+
+class Deferral(Record):
+    """One time the gate gave up before a run under `cooldown.on_timeout: defer`: the run was not started
+    (kept in the manifest's record of the run, runs[].deferrals, also once it has run)."""
+
+    at: str  # ISO 8601 UTC, when the gate gave up
+    waited_s: float
+    reason: str  # the condition that was not met, as the gate says it
+    cpu_temp_c: float | None = None  # the hottest CPU zone at the last check
+    rested_s: float | None = None  # the fixed cool-down slept before that gate
+
+
+class ThrottleRecord(Record):
+    """Throttling seen in the device-state samples taken during a run (harness.devices.throttle): a cpufreq policy
+    whose scaling_max_freq was below its cpuinfo_max_freq, or Android's thermal status above none."""
+
+    capped: dict[str, float]  # policy -> its lowest scaling_max / cpuinfo_max during the run (capped policies only)
+    min_cap: float | None  # the lowest of them; None: no policy was capped
+    max_thermal_status: int | None  # the highest `dumpsys thermalservice` status seen; None: never read
+    throttled_s: float  # seconds from each throttled sample to the next one
+    samples: int  # samples read
+    throttled_samples: int
+
+    @property
+    def throttled(self) -> bool:
+        return self.throttled_samples > 0
 
 
 class Eviction(Record):
@@ -36,7 +64,7 @@ class Eviction(Record):
     errors: list[str]
 
 
-LATER = ("model_sha256",)  # fields added after runs were first recorded: absent in older records
+LATER = ("model_sha256", "throttle")  # fields added after runs were first recorded: absent in older records
 
 
 class Outcome(Record):
@@ -60,6 +88,7 @@ class Outcome(Record):
     n_state_samples: int | None = None
     sampler_errors: list[str] | None = None
     model_sha256: dict[str, str] | None = None  # the model files' sha256 as the run began (manifest v3)
+    throttle: ThrottleRecord | None = None  # throttling during the run; None: no sample could tell (or older)
 
     @model_validator(mode="after")
     def _finished_runs_are_whole(self) -> Outcome:

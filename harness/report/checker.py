@@ -1,6 +1,7 @@
 """`bmoe-bench check DIR...`: is a campaign folder's result sound enough to cite? One line per problem:
 
-- every planned cell present in the manifest with a result, every planned run recorded, none pending;
+- every planned cell present in the manifest with a result, every planned run recorded, none pending (a run
+  deferred by a strict temperature target is named with its cell: the device stayed hot);
 - every ok run valid: its folder and metrics CSV there, the `# summary` line present, as many token rows
   as the run recorded, at least `MIN_KEPT_TOKENS` tokens after the warm-up and `MIN_KEPT_WALL_S` seconds
   of their summed wall time (below that a run's tok/s is timer noise);
@@ -41,6 +42,7 @@ from harness.formats.manifest import (
 from harness.report.audit import audit
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.results import compute_results
+from harness.report.steady_md import deferred_lines, throttled
 
 MIN_KEPT_TOKENS = 4  # tokens after the warm-up, per ok run
 MIN_KEPT_WALL_S = 0.2  # their summed wall time, per ok run
@@ -71,6 +73,8 @@ def _runs(data: CampaignData) -> list[str]:
         out.append(f"planned runs not in the manifest: {' '.join(missing)}")
     for r in data.runs:
         rec = r.rec
+        if rec.deferred:
+            continue  # deferred by the cooldown gate: said per cell below (deferred_lines)
         if not rec.finished:
             out.append(f"run {rec.run_id} has not run (pending): finish the campaign (`{m.reproduce}`)")
         elif rec.status == "failed":
@@ -88,6 +92,7 @@ def _runs(data: CampaignData) -> list[str]:
             elif float(wall.sum()) / 1000 < MIN_KEPT_WALL_S:
                 out.append(f"run {rec.run_id}: its kept tokens took {float(wall.sum()) / 1000:.3f} s, under "
                            f"{MIN_KEPT_WALL_S} s")
+    out += deferred_lines(data)
     for c in p.cells:
         runs = [r for r in m.runs if r.cell == c.index]
         if runs and all(r.status == "failed" for r in runs):
@@ -213,6 +218,9 @@ def check_folder(folder: Path | str) -> CheckResult:
     notes += unhashed
     prec, prec_notes = _precision(data)
     notes += prec_notes
+    hot = [rid for runs in throttled(data).values() for rid, _ in runs]
+    if hot:
+        notes.append(f"the device throttled during run(s) {' '.join(hot)} (findings.md marks their cells)")
     found = [*audit(data).violations(), *_runs(data), *prov, *prec]
     res.problems, acked = _acknowledge(found, [*model_hashes, *hashes], read_acknowledged(folder))
     res.notes = notes + acked

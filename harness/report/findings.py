@@ -18,6 +18,7 @@ from harness.report.recall_md import recall_section
 from harness.report.results import Results
 from harness.report.roof import combined_roofline, io_roofline
 from harness.report.sample import sample_section
+from harness.report.steady_md import cooldown_terms, deferred_lines, mark_table, throttle_warnings
 from harness.report.traced import traced_section
 
 AUTHOR_BEGIN = "<!-- author-notes: begin (kept verbatim when the report is regenerated) -->"
@@ -133,7 +134,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     cd = p.cooldown
     out.append(f"- **Cooldown gate** before each run: CPU <= {cd.cpu_temp_max_c or 'unchecked'} C, "
                f"MemAvailable >= {cd.mem_available_min_mib or 'unchecked'} MiB, waiting at most "
-               f"{cd.max_wait_s} s.")
+               f"{cd.max_wait_s} s{cooldown_terms(cd)}.")
     out.append("- **Varied** (one thing per cell): " + "; ".join(
         f"{c.label}" for c in res.cells if c.varied) + ".")
     for c in res.cells:
@@ -258,6 +259,8 @@ def _run_order(data: CampaignData) -> list[str]:
             st = f"failed: {rec.reason}"
         if rec.previous_attempts:
             st += f" (attempt {len(rec.previous_attempts) + 1})"
+        if rec.deferrals:
+            st += f" (deferred {len(rec.deferrals)}x: the device stayed hot)"
         wait = _f(g.waited_s, 0) + (" (gave up)" if g.gave_up else "") if g is not None else "n/a"
         fr = freq_fraction(e)
         start = (rec.start or "")[:19].replace("T", " ")
@@ -350,15 +353,19 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     if pending:
         L += [f"**Incomplete campaign**: {pending} of {len(data.runs)} runs have not run yet; rerun the "
               f"campaign command to finish it.", ""]
+    hot = deferred_lines(data)
+    if hot:
+        L += ["**Deferred, not run hot**", ""] + [f"- {x}" for x in hot] + [""]
     if m.shard:
         L += [f"**Shard {m.shard}** of the plan: this folder holds its rounds only; `bmoe-bench merge` joins it with "
               f"the other shards' folders into the whole campaign.", ""]
     warn = [f"- {f.kind}: {f.message}" for f in res.findings] + [f"- {w}" for w in provenance_warnings(m)]
-    warn += [f"- {w}" for w in fleet_warnings(fl)]
+    warn += [f"- {w}" for w in fleet_warnings(fl)] + [f"- {w}" for w in throttle_warnings(data)]
     if warn:
         L += ["**Warnings**", ""] + warn + [""]
     L += _setup(data, res)
-    L += ["## Results", ""] + pooled_note(fl) + _table(res) + [""] + pairing_lines(res) + precision_lines(res)
+    L += ["## Results", ""] + pooled_note(fl) + mark_table(_table(res), data) + [""]  # †: throttled
+    L += pairing_lines(res) + precision_lines(res)
     L += ["![tok/s per cell](plots/tok_s.png)", "", "![s/token split](plots/split.png)", "",
           "![per-token time](plots/tokens.png)", ""]
     L += sample_section(data)

@@ -163,7 +163,8 @@ def freq_fraction(s: DeviceSample | None) -> float | None:
 def _point(r: RunData, warmup: int, cell_label: str) -> RunPoint:
     entry = r.rec.entry_state
     temps = [s.cpu_temp_c for s in r.states if s.cpu_temp_c is not None]
-    fr = [freq_fraction(s) for s in r.states]
+    # a run with its own throttle record is raised next to its cell (harness.report.steady_md), not again here
+    fr = [freq_fraction(s) for s in r.states] if r.rec.throttle is None else []
     fr = [f for f in fr if f is not None]
     return RunPoint(cell=cell_label, round=r.rec.round, position=r.rec.position,
                     tok_s=stats.tok_s(r.metrics.wall_ms(warmup)),

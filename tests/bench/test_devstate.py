@@ -115,6 +115,7 @@ def test_empty_tree_gives_none_and_empty_never_zero(tmp_path):
         "cpu_temp_c": None,
         "cpufreq": {},
         "battery": None,
+        "thermal_status": None,
     }
 
 

@@ -1,5 +1,6 @@
 """A fleet campaign's runs: every device at once through harness.campaigns.fleet.scheduler, each run done by
-rounds.one_run on its device's Target (its own cooldown gate, state sampler and staged files), its folder
+rounds.one_run on its device's Target (its own fixed cool-down between runs, cooldown gate, state sampler and
+staged files; a run deferred by its gate goes to the end of the queue: harness.campaigns.steady), its folder
 committed by its worker; the manifest written by this thread alone, after a batch of finished runs (held back
 while its writes would take over 5% of the time: store.ManifestSaver).
 
@@ -25,9 +26,11 @@ from harness.campaigns.fleet.devices import FleetDevice, owner_of
 from harness.campaigns.fleet.progress import DeviceLine, FleetProgress
 from harness.campaigns.fleet.scheduler import Event, Member, schedule
 from harness.campaigns.rounds import CampaignResult, closing, one_run
+from harness.campaigns.steady import Pacer, left_unrun
 from harness.campaigns.validate import Plan
 from harness.errors import UserError
 from harness.formats.manifest import Manifest
+from harness.formats.outcome import Deferral
 from harness.targets.base import Target
 
 
@@ -39,12 +42,13 @@ class TargetSession:
         self.label, self.plan, self.m, self.folder = label, plan, m, folder
         self.target, self.res, self.desc = target, res, desc
         self.line = line if line is not None else _Quiet(label)
+        self.pacer = Pacer(plan.campaign.cooldown.between_runs_s)  # this device's own runs, one after another
 
     def run_one(self, index: int):
         r = self.m.runs[index]
         self.line.run = r.run_id
         want = self.m.provenance.model_sha256 if self.m.provenance else None
-        return one_run(self.plan, r, self.folder, self.target, self.res, self.line, want, None)
+        return one_run(self.plan, r, self.folder, self.target, self.res, self.line, want, None, self.pacer)
 
     def gone(self) -> str | None:
         err = self.target.sample_state().get("error")
@@ -165,6 +169,15 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
                 m.runs[ev.index] = r.finish(outcome, hashes, device=ev.label)
                 dirty = True
                 prog.end(ev.label, r.run_id, cells[r.cell].label, outcome.dump())
+            elif ev.kind == "deferred":
+                d, r = ev.result, m.runs[ev.index]
+                if r.finished or (r.deferrals and r.deferrals[-1] == d):  # handed over again on Ctrl-C
+                    continue
+                m.runs[ev.index] = r.defer(d)
+                dirty = True
+                then = "tried again at the end of the queue" if ev.text == "again" else "left unrun in this session"
+                prog.note(ev.label, f"{r.run_id} {cells[r.cell].label}: deferred, not run hot ({d.reason}): {then}",
+                          say=True)
             elif ev.kind == "back":
                 dirty |= _describe(m, ev.label, sessions.get(ev.label))
                 prog.note(ev.label, "ready", say=ev.label in gone_once)
@@ -189,12 +202,17 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
         with prog:
             rep = schedule(pending, [member(x) for x in members],
                            owner=(lambda i: owner[m.runs[i].cell]) if owner is not None else None,
-                           on_events=on_events, grace_s=grace_s, poll_s=poll_s, opened=dict(sessions))
+                           on_events=on_events, grace_s=grace_s, poll_s=poll_s, opened=dict(sessions),
+                           deferred=lambda x: isinstance(x, Deferral),
+                           max_deferrals=plan.campaign.cooldown.max_deferrals)
         left = [m.runs[i].run_id for i in rep.not_run]
         why = "; ".join(f"{k}: {v}" for k, v in rep.lost.items())
-        m.status = "complete" if all(r.finished for r in m.runs) else \
-            f"incomplete: {len(left)} run(s) not run" + (f" (devices lost: {why})" if why else "")
-    return CampaignResult.of(folder, m, skipped, n_not_run=len(left), not_run=why)
+        parts = [f"{len(left)} run(s) not run" + (f" (devices lost: {why})" if why else "")] if left else []
+        hot = left_unrun(m.runs[i] for i in rep.deferred)  # "incomplete: N run(s) deferred, ..."
+        parts += [hot.removeprefix("incomplete: ")] if hot else []
+        m.status = ("complete" if all(r.finished for r in m.runs) else
+                    "incomplete: " + "; ".join(parts) if parts else "running")
+    return CampaignResult.of(folder, m, skipped, n_not_run=len(left), not_run=why, deferred=rep.deferred)
 
 
 def _describe(m: Manifest, label: str, s: TargetSession | None) -> bool:

@@ -18,9 +18,15 @@ per device, and ONE writer (the calling thread) that receives every event in ord
   goes on; else it is lost: its remaining runs go to the other devices when no owner binds them (spread),
   or are left not run (compare). A UserError from run_one on a device that answers gives that device up
   (its run put back); a ResourceError (a full disk here) or any other exception stops the whole campaign.
+- `deferred(result)`: a result that says its run was not started because its device did not meet the cooldown
+  condition (cooldown.on_timeout: defer): `Event("deferred", label, i, result, text="again" | "left")`; the run
+  goes to the end of its queue (its device's, or the shared one, where a cooler device may take it) while it has
+  been deferred at most `max_deferrals` times in this schedule, else it is left unrun (`Report.deferred`). With
+  `deferred` given, a device with nothing left to take stays while another holds a shared run that may come back,
+  and a shared run a device deferred goes to another device that waits for one before it goes back to the first.
 - Ctrl-C (KeyboardInterrupt in the calling thread): every session is interrupted (the engine killed on its
   device), the workers joined, every run that finished meanwhile (or whose news was still queued) handed to
-  `on_events` as "done", and it is re-raised. Runs in progress are then left pending.
+  `on_events` as "done" (and every deferral as "deferred"), and it is re-raised. Runs in progress are then left pending.
 
 Returns a `Report`: the runs no device ran (still pending) and why each lost device was given up. Pure
 threading: no adb, no files; harness.campaigns.fleet.rounds runs a campaign's runs through it."""
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness import interrupts
+from harness.campaigns.steady import DeferBudget
 from harness.errors import ResourceError, UserError
 
 STOP_WAIT_S = 1.7  # Ctrl-C or SIGTERM: how long the workers get to stop their runs (each kill is bounded: 1.5 s)
@@ -67,7 +74,7 @@ class Member:
 
 @dataclass
 class Event:
-    kind: str  # start | done | waiting | back | lost
+    kind: str  # start | done | deferred | waiting | back | lost
     label: str
     index: int | None = None
     result: Any = None
@@ -78,6 +85,7 @@ class Event:
 class Report:
     not_run: list[int] = field(default_factory=list)  # runs no device ran, in plan order
     lost: dict[str, str] = field(default_factory=dict)  # device label -> why it was given up
+    deferred: list[int] = field(default_factory=list)  # runs deferred past max_deferrals: not run, not queued
 
 
 class _Queues:
@@ -87,6 +95,9 @@ class _Queues:
         self.lock = threading.Lock()
         self.own: dict[str, deque[int]] = {x: deque() for x in labels}
         self.shared: deque[int] = deque()
+        self.out: set[int] = set()  # shared runs a device has taken and not yet finished (or put back)
+        self.deferred_by: dict[int, str] = {}  # a shared run deferred -> the device that deferred it last
+        self.idle: set[str] = set()  # devices waiting for a run to come back
         for i in pending:
             o = owner(i) if owner is not None else None
             (self.own[o] if o is not None else self.shared).append(i)
@@ -97,12 +108,46 @@ class _Queues:
 
     def take(self, label: str) -> int | None:
         with self.lock:
-            q = self.own[label] or self.shared
-            return q.popleft() if q else None
+            if self.own[label]:
+                self.idle.discard(label)
+                return self.own[label].popleft()
+            others_idle = bool(self.idle - {label})
+            for k, i in enumerate(self.shared):  # a run this device deferred goes to another one that waits
+                if self.deferred_by.get(i) != label or not others_idle:
+                    del self.shared[k]
+                    self.out.add(i)
+                    self.idle.discard(label)
+                    return i
+            self.idle.add(label)
+            return None
 
     def put_back(self, label: str, i: int, owned: bool) -> None:
         with self.lock:
+            self.out.discard(i)
             (self.own[label] if owned else self.shared).appendleft(i)
+
+    def put_last(self, label: str, i: int, owned: bool) -> None:
+        """Run i deferred by this device: to the end of its queue (a shared one: noted as deferred by it)."""
+        with self.lock:
+            self.out.discard(i)
+            (self.own[label] if owned else self.shared).append(i)
+            if not owned:
+                self.deferred_by[i] = label
+
+    def waits(self, label: str, waiting: bool) -> None:
+        """This device waits for a run to come back (True), or has stopped waiting (False)."""
+        with self.lock:
+            (self.idle.add if waiting else self.idle.discard)(label)
+
+    def settle(self, i: int) -> None:
+        """Run i is finished, or left: it will not come back to a queue."""
+        with self.lock:
+            self.out.discard(i)
+
+    def coming_back(self) -> bool:
+        """A shared run is on a device now, and may come back (deferred) for another device to take."""
+        with self.lock:
+            return bool(self.out)
 
     def waiting(self, label: str) -> int:
         with self.lock:
@@ -120,7 +165,8 @@ class _Fatal(Exception):
 
 def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int], str | None] | None,
              on_events: Callable[[list[Event]], None], grace_s: float, poll_s: float = 1.0,
-             opened: dict[str, Session] | None = None) -> Report:
+             opened: dict[str, Session] | None = None, deferred: Callable[[Any], bool] | None = None,
+             max_deferrals: int = 0) -> Report:
     """Run `pending` over `members`, one worker thread each, all at once (see the module's docstring)."""
     labels = [m.label for m in members]
     if len(set(labels)) != len(labels):
@@ -131,6 +177,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
     report = Report()
     sessions: dict[str, Session] = dict(opened or {})
     lock = threading.Lock()
+    budget = DeferBudget(max_deferrals)
 
     def wait_for(m: Member, why: str) -> Session | None:
         t0 = time.monotonic()
@@ -159,7 +206,13 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
         s = sessions.get(m.label)
         why = "not opened yet"
         try:
-            while not stop.is_set() and q.has_work(m.label):
+            while not stop.is_set():
+                if not q.has_work(m.label):
+                    if deferred is None or not q.coming_back():
+                        return
+                    q.waits(m.label, True)
+                    stop.wait(0.1)  # a run another device holds may be deferred: stay to take it
+                    continue
                 gone = s.gone() if s is not None else why
                 if gone is not None:
                     s = wait_for(m, gone)
@@ -171,6 +224,9 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                     continue
                 i = q.take(m.label)
                 if i is None:
+                    if deferred is not None and (q.has_work(m.label) or q.coming_back()):
+                        stop.wait(0.1)  # only runs this device deferred, left for a device that waits
+                        continue
                     return
                 events.put(Event("start", m.label, i))
                 try:
@@ -189,12 +245,25 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
                         events.put(Event("lost", m.label, text=f"given up: {e}"))
                         return
                     raise _Fatal(e) from None
+                if deferred is not None and deferred(result):
+                    with lock:
+                        again = budget.again(i)
+                        if not again:
+                            report.deferred.append(i)
+                    if again:
+                        q.put_last(m.label, i, owner is not None and owner(i) is not None)
+                    else:
+                        q.settle(i)
+                    events.put(Event("deferred", m.label, i, result, text="again" if again else "left"))
+                    continue
+                q.settle(i)
                 events.put(Event("done", m.label, i, result))
         except _Fatal as f:
             events.put(f)
         except BaseException as e:  # a bug in a worker: stop everything, say what it was
             events.put(_Fatal(e))
         finally:
+            q.waits(m.label, False)
             events.put(None)  # this worker has ended
 
     threads = [threading.Thread(target=work, args=(m,), name=f"device-{m.label}", daemon=True) for m in members]
@@ -241,6 +310,7 @@ def schedule(pending: list[int], members: list[Member], *, owner: Callable[[int]
     if fatal is not None:
         raise fatal
     report.not_run = q.left()
+    report.deferred.sort()
     return report
 
 
@@ -260,13 +330,13 @@ def _hand_over_done(batch: list, events: queue.Queue, on_events: Callable[[list[
     was handling, still queued on a busy writer, or finished while the workers stopped) go to the writer again,
     so the interrupted manifest lists every run that finished (the writer ignores a run it already recorded).
     Best effort: a failure here must not hide the interrupt."""
-    done = [x for x in batch if isinstance(x, Event) and x.kind == "done"]
+    done = [x for x in batch if isinstance(x, Event) and x.kind in ("done", "deferred")]
     while True:
         try:
             x = events.get_nowait()
         except queue.Empty:
             break
-        if isinstance(x, Event) and x.kind == "done":
+        if isinstance(x, Event) and x.kind in ("done", "deferred"):
             done.append(x)
     if done:
         try:
