@@ -13,7 +13,9 @@ and of every run's outcome, rewritten atomically as runs finish.
     provenance          (v3) what exactly ran: the model files' sha256 (hashed on the target), each engine's
                         identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
                         whether it was dirty; external: its --version line and the binary's sha256) and the
-                        device's fingerprint (each run's outcome has the model_sha256 it ran with)
+                        device's fingerprint (each run's outcome has the model_sha256 it ran with); the storage
+                        the model was read from (harness.formats.storage); on several devices, each one's
+                        fingerprint and storage by label (`provenance.devices`)
     devices, runs[].device    runs on several devices (a fleet, or shards merged from several machines): each
                         device's description by label, and the label of the one each run ran on
     shard               "k/n" in a folder that ran only shard k of n of the plan (`bmoe-bench run --shard`);
@@ -49,6 +51,7 @@ from harness.formats.outcome import Outcome
 from harness.formats.raw_hashes import Budget, changed, checked_names
 from harness.formats.raw_hashes import hash_files as hash_files  # campaigns/store.py imports it from here
 from harness.formats.record import Record, validate
+from harness.formats.storage import Storage
 from harness.formats.target_desc import AdbTargetDesc as AdbTargetDesc  # re-exported: the manifest's records
 from harness.formats.target_desc import CgroupDesc as CgroupDesc
 from harness.formats.target_desc import LocalTargetDesc as LocalTargetDesc
@@ -244,11 +247,20 @@ class DeviceFingerprint(Record):
     mem_total_mib: float | None = None
 
 
+class DeviceProvenance(Record):
+    """One device of a campaign on several: what it is and where it read the model from."""
+
+    fingerprint: DeviceFingerprint
+    storage: Storage | None = None
+
+
 class Provenance(Record):
     model_sha256: dict[str, str]  # model file name -> sha256 (every shard of a split model), on the target
     engines: dict[str, EngineIdentity]  # by engine label (the engines axis), or the engine's kind
-    device: DeviceFingerprint
+    device: DeviceFingerprint  # on several devices: the first one opened
     hub: HubSource | None = None  # model: {hf: ...}: the repo, commit and files pulled
+    storage: Storage | None = None  # where `device` read the model from (absent in a folder from before it)
+    devices: dict[str, DeviceProvenance] | None = None  # runs on several devices: each one's, by label (likewise)
 
 
 class Manifest(Record):
