@@ -96,6 +96,14 @@ class PlanCell(Record):
     device: str | None = None  # a compare fleet only: the cell's device label (varied has it but on the first)
 
 
+def base_cells(cells: list[PlanCell]) -> dict[int, int]:
+    """Each cell's base, the cell its ratio is to: the plan's base cell (the one varying nothing); in a compare fleet
+    (its cells carry their device) the base cell of the cell's own device, so that no ratio is between devices."""
+    base = next(c.index for c in cells if not c.varied)
+    own = {c.device: c.index for c in cells if c.device is not None and set(c.varied) <= {"device"}}
+    return {c.index: own.get(c.device, base) if c.device is not None else base for c in cells}
+
+
 class QualityRecord(Record):
     """A quality campaign's questions and grading rule, fixed before the first reply (hashed with the plan)."""
 
