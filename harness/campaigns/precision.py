@@ -9,8 +9,9 @@ from pathlib import Path
 from harness import stats
 from harness.campaigns.expand import RunSpec, order_runs
 from harness.errors import UserError
+from harness.formats.bases import base_cells
 from harness.formats.campaign import Precision
-from harness.formats.manifest import METRICS_FILE, Manifest, base_cells, run_dir
+from harness.formats.manifest import METRICS_FILE, Manifest, run_dir
 from harness.formats.metrics_csv import read_metrics
 
 

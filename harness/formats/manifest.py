@@ -12,10 +12,9 @@ and of every run's outcome, rewritten atomically as runs finish.
     sessions            one entry per `bmoe-bench run` that worked on the folder
     provenance          (v3) what exactly ran: the model files' sha256 (hashed on the target), each engine's
                         identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
-                        whether it was dirty; external: its --version line and the binary's sha256) and the
-                        device's fingerprint (each run's outcome has the model_sha256 it ran with); the storage
-                        the model was read from (harness.formats.storage); on several devices, each one's
-                        fingerprint and storage by label (`provenance.devices`)
+                        whether it was dirty; external: its --version line and the binary's sha256), the
+                        device's fingerprint and storage (on several devices each one's: `provenance.devices`);
+                        each run's outcome has the model_sha256 it ran with
     devices, runs[].device    runs on several devices (a fleet, or shards merged from several machines): each
                         device's description by label, and the label of the one each run ran on
     shard               "k/n" in a folder that ran only shard k of n of the plan (`bmoe-bench run --shard`);
@@ -94,14 +93,6 @@ class PlanCell(Record):
     engine: str | None = None  # engines axis only: the cell's engine label (set only there)
     setting: int | None = None  # engines axis only: the reference engine's cell with the same flags
     device: str | None = None  # a compare fleet only: the cell's device label (varied has it but on the first)
-
-
-def base_cells(cells: list[PlanCell]) -> dict[int, int]:
-    """Each cell's base, the cell its ratio is to: the plan's base cell (the one varying nothing); in a compare fleet
-    (its cells carry their device) the base cell of the cell's own device, so that no ratio is between devices."""
-    base = next(c.index for c in cells if not c.varied)
-    own = {c.device: c.index for c in cells if c.device is not None and set(c.varied) <= {"device"}}
-    return {c.index: own.get(c.device, base) if c.device is not None else base for c in cells}
 
 
 class QualityRecord(Record):

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness import stats
+from harness.formats.bases import base_cells
 from harness.formats.devstate import DeviceSample
-from harness.formats.manifest import base_cells
 from harness.report.collect import CampaignData, RunData
 from harness.stats import Finding, Interval, RunPoint
 
