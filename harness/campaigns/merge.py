@@ -31,7 +31,7 @@ from typing import Any
 from harness.errors import BmoeError, UserError
 from harness.formats.files import disk_full, is_disk_full, sha256_file
 from harness.formats.folder import CAMPAIGN_FILE, PROMPTS_FILE, RUNS
-from harness.formats.manifest import Manifest, RunRecord, load_manifest, run_dir, save_manifest
+from harness.formats.manifest import DeviceProvenance, Manifest, RunRecord, load_manifest, run_dir, save_manifest
 from harness.formats.raw_hashes import Budget, changed
 
 _ID = re.compile(r"r([0-9]+)-c([0-9]+)")
@@ -314,6 +314,23 @@ def _undo(out: Path, made: bool) -> None:
         shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
 
 
+def _device_provenance(m: Manifest, loaded: list[tuple[Path, Manifest]], labels: dict[Path, str | None]) -> None:
+    """The merged folder's `provenance.devices`: each machine's fingerprint and storage under its label (a folder's
+    own, or its fleet's devices')."""
+    out: dict[str, DeviceProvenance] = {}
+    for f, x in loaded:
+        pv = x.provenance
+        if pv is None:
+            continue
+        if labels[f] is not None and any(r.device is None for r in x.runs if r.finished):
+            out.setdefault(labels[f], DeviceProvenance(fingerprint=pv.device, **({"storage": pv.storage}
+                                                                              if pv.storage is not None else {})))
+        for k, v in (pv.devices or {}).items():
+            out.setdefault(k, v)
+    if out and m.provenance is not None:
+        m.provenance.devices = out
+
+
 def _merged(loaded: list[tuple[Path, Manifest]], labels: dict[Path, str | None], devices: dict[str, dict]
             ) -> Manifest:
     f0, m0 = loaded[0]
@@ -340,6 +357,7 @@ def _merged(loaded: list[tuple[Path, Manifest]], labels: dict[Path, str | None],
     m.status = "complete" if all(r.finished for r in ordered) else "incomplete"
     if devices:
         m.devices = devices
+        _device_provenance(m, loaded, labels)
     m.shard = None
     m.__pydantic_fields_set__.discard("shard")  # the whole plan's folder: no shard key at all, as an unsharded run's
     return m

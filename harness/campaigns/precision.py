@@ -9,6 +9,7 @@ from pathlib import Path
 from harness import stats
 from harness.campaigns.expand import RunSpec, order_runs
 from harness.errors import UserError
+from harness.formats.bases import base_cells
 from harness.formats.campaign import Precision
 from harness.formats.manifest import METRICS_FILE, Manifest, run_dir
 from harness.formats.metrics_csv import read_metrics
@@ -38,17 +39,18 @@ def cell_runs(folder: Path, m: Manifest) -> dict[int, stats.CellRuns]:
     return {c: stats.CellRuns.of(w, rd) for c, (w, rd) in walls.items()}
 
 
-def ratios(runs: dict[int, stats.CellRuns], base: int, seed: int) -> dict[int, stats.Interval | None]:
-    """Every cell's ratio to the base, as the report computes it (harness.report.results)."""
-    return {c: stats.ratio_interval(r, runs[base], seed + 1000 * c + 1) for c, r in runs.items() if c != base}
+def ratios(runs: dict[int, stats.CellRuns], bases: dict[int, int], seed: int) -> dict[int, stats.Interval | None]:
+    """Every cell's ratio to its base (harness.formats.manifest.base_cells), as the report computes it
+    (harness.report.results)."""
+    return {c: stats.ratio_interval(r, runs[bases[c]], seed + 1000 * c + 1) for c, r in runs.items()
+            if c != bases[c] and bases[c] in runs}
 
 
 def decision(folder: Path, m: Manifest, p: Precision) -> tuple[str | None, dict[int, stats.Interval | None]]:
     """After the folder's last whole round: stats.PRECISE, stats.AT_MAX, stats.NO_RUNS or None (add a round),
     and the ratios it rests on."""
-    base = next(c.index for c in m.campaign.cells if not c.varied)
     runs = cell_runs(folder, m)
-    rs = ratios(runs, base, m.campaign.seed)
+    rs = ratios(runs, base_cells(m.campaign.cells), m.campaign.seed)
     rounds = 1 + max(r.round for r in m.runs)
     return stats.precision_decision(list(rs.values()), rounds, p.ratio_half_width, p.min_repeats or 2,
                                     p.max_repeats, [len(r.walls) for r in runs.values()]), rs

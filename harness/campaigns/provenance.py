@@ -1,5 +1,6 @@
 """What exactly a campaign ran, for its manifest (harness.formats.manifest.Provenance): the model files'
-sha256, each engine's identity and the device's fingerprint.
+sha256, each engine's identity, the device's fingerprint and the storage it reads the model from
+(harness.devices.storage); on several devices each one's fingerprint and storage (`device_provenance`).
 
 A file's sha256 is computed once and cached by where it is (this machine, or the adb serial), its device
 number, inode, size and mtime, in ~/.cache/bmoe/sha256.json ($BMOE_HASH_CACHE): a 60 GB model is hashed
@@ -19,11 +20,13 @@ from harness.campaigns.pagecache import model_files
 from harness.deploy.stamp import source_root
 from harness.devices.parse import file_sha256
 from harness.devices.sh import script
+from harness.devices.storage import STORAGE_SCRIPT, parse_storage, read_local
 from harness.errors import UserError
 from harness.formats.campaign_fleet import DEFAULT_SERVER
-from harness.formats.manifest import DeviceFingerprint, EngineIdentity, Provenance
+from harness.formats.manifest import DeviceFingerprint, DeviceProvenance, EngineIdentity, Provenance
 from harness.formats.sha_cache import cache_path as cache_path  # re-exported: tests read the cache
 from harness.formats.sha_cache import cached_sha256
+from harness.formats.storage import Storage
 
 # the llama.cpp commit vendored by the llama-cpp-python release pyproject.toml pins (its CHANGELOG:
 # "0.3.36: update llama.cpp to ggml-org/llama.cpp@0c1e57098"); tests/test_provenance.py checks the pin
@@ -160,6 +163,28 @@ def device_fingerprint(target, desc: dict) -> DeviceFingerprint:
 
 
 
+STORAGE_TIMEOUT_S = 60.0  # the O_DIRECT probe reads 4 KiB; sysfs and mountinfo are small
+
+
+def target_storage(target, model_path: str) -> Storage:
+    """The storage under the model on the target (harness.devices.storage). A device that does not answer gives a
+    record saying so (kind unknown), not an error: the campaign can run, its findings show what is not known."""
+    first = _target_files(model_path)[0] if target.kind in ("adb", "ssh") else model_path
+    if target.kind not in ("adb", "ssh"):
+        return read_local(first)
+    dev = target.device
+    try:
+        _, out, _ = dev.shell(script(STORAGE_SCRIPT, first), timeout=STORAGE_TIMEOUT_S)
+    except dev.gone as e:
+        return Storage(path=first.rsplit("/", 1)[0] or "/", kind="unknown", o_direct_how=f"the device went away: {e}")
+    return parse_storage(out)
+
+
+def device_provenance(target, desc: dict, model_path: str) -> DeviceProvenance:
+    """One device of a campaign on several: its fingerprint and the storage under its copy of the model."""
+    return DeviceProvenance(fingerprint=device_fingerprint(target, desc), storage=target_storage(target, model_path))
+
+
 def campaign_provenance(plan, target, res, desc: dict) -> Provenance:
     """The provenance of a new campaign folder (plan: campaigns.validate.Plan; res: runner.Resolved)."""
     c = plan.campaign
@@ -173,7 +198,8 @@ def campaign_provenance(plan, target, res, desc: dict) -> Provenance:
         engines[label or kind] = (bmoe_identity(version, argv0, tree) if kind == "bmoe"
                                   else external_identity(target, version, argv0[0]))
     return Provenance(model_sha256=model_sha256(target, res.model_path), engines=engines,
-                      device=device_fingerprint(target, desc), **({"hub": res.hub} if res.hub is not None else {}))
+                      device=device_fingerprint(target, desc), storage=target_storage(target, res.model_path),
+                      **({"hub": res.hub} if res.hub is not None else {}))
 
 
 def model_mismatch(want: dict[str, str], have: dict[str, str]) -> str | None:

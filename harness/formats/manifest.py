@@ -14,8 +14,9 @@ and of every run's outcome, rewritten atomically as runs finish.
     sessions            one entry per `bmoe-bench run` that worked on the folder
     provenance          (v3) what exactly ran: the model files' sha256 (hashed on the target), each engine's
                         identity (bmoe: version, pinned llama.cpp commit, its source tree's commit and
-                        whether it was dirty; external: its --version line and the binary's sha256) and the
-                        device's fingerprint (each run's outcome has the model_sha256 it ran with)
+                        whether it was dirty; external: its --version line and the binary's sha256), the
+                        device's fingerprint and storage (on several devices each one's: `provenance.devices`);
+                        each run's outcome has the model_sha256 it ran with
     devices, runs[].device    runs on several devices (a fleet, or shards merged from several machines): each
                         device's description by label, and the label of the one each run ran on
     shard               "k/n" in a folder that ran only shard k of n of the plan (`bmoe-bench run --shard`);
@@ -47,8 +48,11 @@ from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.
 from harness.formats.folder import MANIFEST, RUNS
 from harness.formats.folder import METRICS_FILE as METRICS_FILE  # likewise
 from harness.formats.folder_guard import inside, read_json, refuse_links, shown
-from harness.formats.hub_source import HubSource
 from harness.formats.outcome import Deferral, Outcome
+from harness.formats.provenance_record import DeviceFingerprint as DeviceFingerprint  # re-exported
+from harness.formats.provenance_record import DeviceProvenance as DeviceProvenance
+from harness.formats.provenance_record import EngineIdentity as EngineIdentity
+from harness.formats.provenance_record import Provenance
 from harness.formats.raw_hashes import Budget, changed, checked_names
 from harness.formats.raw_hashes import hash_files as hash_files  # campaigns/store.py imports it from here
 from harness.formats.record import Record, validate
@@ -233,36 +237,6 @@ class RunRecord(Attempt, RunSlot):
         attempt = Attempt(**{k: getattr(self, k) for k in keep if k in self.model_fields_set})
         return RunRecord(**{**self.slot(), "previous_attempts": [*self.previous_attempts, attempt]},
                          status="pending")
-
-
-class EngineIdentity(Record):
-    """Which build of an engine ran (v3)."""
-
-    version: str  # the first line of `ENGINE --version`
-    sha256: str | None = None  # external: the executable's sha256, hashed on the target
-    llama_cpp: str | None = None  # bmoe: the llama.cpp commit its pinned llama-cpp-python vendors
-    commit: str | None = None  # bmoe: the git commit of the tree its code was loaded from
-    dirty: bool | None = None  # bmoe: that tree had uncommitted changes (a warning in the findings)
-
-
-class DeviceFingerprint(Record):
-    """What the device is, as far as a result depends on it (v3). adb: the build fingerprint, SoC, RAM and
-    Android version; local and ssh: the CPU model and kernel (ssh on Termux: Android's SoC and version too)."""
-
-    kind: Literal["local", "adb", "ssh"]
-    fingerprint: str | None = None  # adb: ro.build.fingerprint
-    soc: str | None = None  # adb: ro.soc.model, else ro.board.platform
-    android: str | None = None  # adb: ro.build.version.release
-    cpu_model: str | None = None
-    kernel: str | None = None
-    mem_total_mib: float | None = None
-
-
-class Provenance(Record):
-    model_sha256: dict[str, str]  # model file name -> sha256 (every shard of a split model), on the target
-    engines: dict[str, EngineIdentity]  # by engine label (the engines axis), or the engine's kind
-    device: DeviceFingerprint
-    hub: HubSource | None = None  # model: {hf: ...}: the repo, commit and files pulled
 
 
 class Manifest(Record):

@@ -6,8 +6,9 @@
   as the run recorded, at least `MIN_KEPT_TOKENS` tokens after the warm-up and `MIN_KEPT_WALL_S` seconds
   of their summed wall time (below that a run's tok/s is timer noise);
 - every failed run accounted for: a reason recorded;
-- provenance complete (manifest v3: the model's sha256, every engine's identity, the device fingerprint)
-  and every run's model sha256 equal to the campaign's; a folder from before v3 passes as *legacy*, with
+- provenance complete (manifest v3: the model's sha256, every engine's identity, the device fingerprint; on
+  several devices each device's fingerprint and state: harness.report.check_devices) and every run's model
+  sha256 equal to the campaign's; a folder from before v3 passes as *legacy*, with
   a note (what ran then cannot be recovered now: hashing today's file would claim what was not checked);
 - the lossless audit clean (harness.report.audit);
 - raw files intact (their sha256 in the manifest); a finished run without its sha256 in a manifest from v2 on
@@ -40,6 +41,7 @@ from harness.formats.manifest import (
     unhashed_runs,
 )
 from harness.report.audit import audit
+from harness.report.check_devices import check_devices, gaps, several
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.results import compute_results
 from harness.report.steady_md import deferred_lines, throttled
@@ -122,11 +124,16 @@ def _provenance(data: CampaignData) -> tuple[list[str], list[str], list[str]]:
             out.append(f"provenance: engine {k}: the commit of its source tree is unknown")
         elif e.dirty:
             notes.append(f"engine {k} ran from a tree with uncommitted changes (commit {e.commit[:12]})")
-    d = pv.device
-    need = ("fingerprint", "soc", "android", "mem_total_mib") if d.kind == "adb" else ("cpu_model", "kernel")
-    gaps = [f for f in need if getattr(d, f) is None]
-    if gaps:
-        out.append(f"provenance: device fingerprint lacks {', '.join(gaps)}")
+    if several(m):  # each device's fingerprint and state (harness.report.check_devices)
+        more, more_notes = check_devices(m)
+        out += more
+        notes += more_notes
+    else:
+        lack = gaps(pv.device)
+        if lack:
+            out.append(f"provenance: device fingerprint lacks {', '.join(lack)}")
+        if pv.storage is None:
+            notes.append("provenance: the storage the model was read from was not recorded (a folder from before it)")
     for r in m.runs:
         if r.status == "ok" and r.model_sha256 is not None and r.model_sha256 != pv.model_sha256:
             hashes.append(f"run {r.run_id} ran with another model file than the campaign's (sha256 differs)")

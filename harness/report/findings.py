@@ -167,7 +167,8 @@ def _shares(c) -> str:
 
 def _table(res: Results) -> list[str]:
     vk = res.varying_keys
-    head = ["cell", *vk, "runs", "tok/s [95% CI]", "x base [95% CI]", "s/token", "I/O wait", "cache mgmt",
+    x_base = f"x {res.ratio_base} [95% CI]"  # a compare fleet: the base on the cell's own device
+    head = ["cell", *vk, "runs", "tok/s [95% CI]", x_base, "s/token", "I/O wait", "cache mgmt",
             "mgmt CPU", "evictor CPU", "mgmt % (wall / CPU / exposed)", "compute", "MiB read/tok", "hit %",
             "peak RSS MiB", "cap peak MiB", "majflt/tok", "route agree", "prefetch MiB/tok", "prefetch wasted %",
             "guesses kept/batch", "guesses kept %"]
@@ -195,7 +196,7 @@ def _table(res: Results) -> list[str]:
         vals = {
             "cell": f"**{c.label}**" if c.varied == {} else c.label,
             "runs": runs, "tok/s [95% CI]": _iv(c.tok_s),
-            "x base [95% CI]": "1 (base)" if c is res.base else _iv(c.ratio, 2),
+            x_base: "1 (base)" if res.is_base(c) else _iv(c.ratio, 2),
             "s/token": _f(c.wall_s, 3), "I/O wait": _f(c.io_s, 3), "cache mgmt": _f(c.mgmt_s, 3),
             "mgmt CPU": _f(c.mgmt_cpu_s, 3), "evictor CPU": _f(c.evictor_cpu_s, 3),
             "mgmt % (wall / CPU / exposed)": _shares(c),
@@ -347,7 +348,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L: list[str] = [head, ""] if head else []
     L += [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied) + f" vs {res.base.label}", ""]
     fl = fleet_of(data, res)  # runs on several devices: None on one target
-    L += ["## Verdict", ""] + (fleet_verdict(res, fl) or verdict(res)) + [""]
+    L += ["## Verdict", ""] + (fleet_verdict(data, res, fl) or verdict(res)) + [""]
     n_fail = sum(len(c.failures) for c in res.cells)
     pending = sum(1 for r in data.runs if not r.rec.finished)
     if pending:

@@ -2,9 +2,10 @@
 Markdown lines out), told from each run's `device` alone (harness.formats.manifest), whatever ran them: a fleet
 campaign, or shards merged from several machines. Nothing for a campaign on one target.
 
-- compare (every cell's runs on one device: the device is an axis of the plan): a table per device, each
-  setting's tok/s and its ratio to the base setting on that device; and per setting a table across devices,
-  each device's ratio to the reference device (the base cell's). A setting is a cell's engine and flags.
+- compare (every cell's runs on one device: the device is an axis of the plan): the verdict device by device
+  (harness.report.fleet_verdict), a table per device, each setting's tok/s and its ratio to the base setting on
+  that device; and one cross-device table, each setting on each device against the same setting on the reference
+  device (the base cell's): the only ratios between devices. A setting is a cell's engine and flags.
 - spread (a cell's runs on several devices): whether the device explains the variance of tok/s within cells
   (harness.report.fleet_stats, its p-value shown); when it does (p < 0.05) pooling is refused: the verdict says
   so and why, and the per-device figures stand instead of the pooled ones.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from harness import stats
 from harness.report.collect import CampaignData, RunData
 from harness.report.fleet_stats import ALPHA, DeviceTest, device_test, p_is, p_text
+from harness.report.fleet_verdict import compare_verdict
 from harness.report.intervals import fmt
 from harness.report.results import Results
 
@@ -116,10 +118,24 @@ def _compare(data: CampaignData, res: Results, fl: Fleet) -> list[str]:
         rows = [(labels[key], by[d]) for key, by in grid.items() if d in by]
         out += table.lines(f"On {d}", "setting", f"{labels.get(base_key, 'base')} on {d}", rows,
                            grid.get(base_key, {}).get(d), "base", 2)
-    for key, by in grid.items():
-        rows = [(d, by[d]) for d in fl.devices if d in by]
-        out += table.lines(f"{labels[key]} across devices", "device", ref, rows, by.get(ref), "reference", 3)
+    out += _across(table, grid, labels, fl)
     return out
+
+
+def _across(table: _RatioTable, grid: dict[str, dict[str, int]], labels: dict[str, str], fl: Fleet) -> list[str]:
+    """The one table with ratios between devices: each setting on each device against that setting on the
+    reference device."""
+    ref = fl.devices[0]
+    out = ["### Across devices", "",
+           f"The only ratios between devices in these findings: each setting on each device against the same setting "
+           f"on {ref} (the reference device). Devices differ in more than one thing (SoC, storage, cooling, "
+           f"build): such a ratio describes these devices, not one cause.", "",
+           f"| setting | device | runs | tok/s [95% CI] | x the same setting on {ref} [95% CI] |",
+           "|---|---|---|---|---|"]
+    for key, by in grid.items():
+        out += [f"| {labels[key]} | {line}" for line in table.rows([(d, by[d]) for d in fl.devices if d in by],
+                                                                    by.get(ref), "reference", 3)]
+    return out + [""]
 
 
 @dataclass(frozen=True)
@@ -133,13 +149,18 @@ class _RatioTable:
 
     def lines(self, title: str, what: str, ref_name: str, rows: list[tuple[str, int]], ref: int | None,
               ref_word: str, salt: int) -> list[str]:
-        out = [f"### {title}", "", f"| {what} | runs | tok/s [95% CI] | x {ref_name} [95% CI] |", "|---|---|---|---|"]
+        return [f"### {title}", "", f"| {what} | runs | tok/s [95% CI] | x {ref_name} [95% CI] |", "|---|---|---|---|",
+                *(f"| {x}" for x in self.rows(rows, ref, ref_word, salt)), ""]
+
+    def rows(self, rows: list[tuple[str, int]], ref: int | None, ref_word: str, salt: int) -> list[str]:
+        """Each row's name, runs, tok/s and ratio to `ref`, without the table's leading '| '."""
+        out = []
         for name, i in rows:
             ratio = f"1 ({ref_word})" if i == ref else "n/a" if ref is None else fmt(_printed(
                 stats.ratio_interval(self.runs[i], self.runs[ref], self.seed + 1000 * i + salt), self.res), 2, "x")
             c = self.cells[i]
-            out.append(f"| {name} | {c.n_ok}/{c.n_runs} | {fmt(c.tok_s)} | {ratio} |")
-        return out + [""]
+            out.append(f"{name} | {c.n_ok}/{c.n_runs} | {fmt(c.tok_s)} | {ratio} |")
+        return out
 
 
 def device_sentence(t: DeviceTest) -> str:
@@ -154,7 +175,7 @@ def _spread(data: CampaignData, res: Results, fl: Fleet) -> list[str]:
     out = [f"The runs of one matrix were shared by {len(fl.devices)} devices (spread):", ""] + _described(data, fl)
     out += [""] + _pooling(t) + [""]
     ref = fl.devices[0]
-    out += [f"| cell | device | runs | tok/s [95% CI] | x {ref} [95% CI] |", "|---|---|---|---|---|"]
+    out += [f"| cell | device | runs | tok/s [95% CI] | x the same cell on {ref} [95% CI] |", "|---|---|---|---|---|"]
     for c in data.cells:
         by = {d: [r for r in data.cell_runs(c.index) if r.rec.device == d] for d in fl.devices}
         ref_runs = _cell_runs(by[ref], w)
@@ -198,8 +219,13 @@ def fleet_section(data: CampaignData, res: Results, fl: Fleet | None) -> list[st
     return ["## Devices", ""] + body
 
 
-def fleet_verdict(res: Results, fl: Fleet | None) -> list[str] | None:
-    """The verdict of a spread campaign whose devices differ (instead of the pooled one), else None."""
+def fleet_verdict(data: CampaignData, res: Results, fl: Fleet | None) -> list[str] | None:
+    """The verdict of a compare fleet, device by device (harness.report.fleet_verdict); of a spread campaign whose
+    devices differ (instead of the pooled one); else None (the one-target verdict stands)."""
+    if fl is not None and fl.use == COMPARE:
+        per = _devices_of(data)
+        return compare_verdict(res, fl.devices, {i: v[0] for i, v in per.items() if v},
+                               {c.index: _setting(data, c.index)[1] for c in data.cells})
     if fl is None or fl.use != SPREAD or fl.test is None or not fl.test.refuses:
         return None
     return [f"**Not pooled: the devices differ.** {device_sentence(fl.test)[0].upper()}{device_sentence(fl.test)[1:]}, "

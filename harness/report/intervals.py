@@ -55,7 +55,7 @@ def pairing_lines(res: Results) -> list[str]:
            "Each ratio is paired within rounds (every cell runs once a round). Beside it, the unpaired interval "
            "of the same runs: below 100% pairing narrowed it (a round's shared drift cancelled); above, the "
            "rounds shared little and pairing cost degrees of freedom (n-1 instead of up to 2n-2).", "",
-           "| cell | rounds | x base, paired [95%] | unpaired [95%] | width paired / unpaired |",
+           f"| cell | rounds | x {res.ratio_base}, paired [95%] | unpaired [95%] | width paired / unpaired |",
            "|---|---|---|---|---|"]
     for c in rows:
         r, u = c.ratio, c.ratio.unpaired
@@ -89,9 +89,9 @@ def precision_lines(res: Results) -> list[str]:
     out = ["### Precision", "",
            f"Repeats driven by precision: rounds added from {p.min_rounds} until every ratio to the base is "
            f"within +-{100 * p.half_width:g}% (its interval at 99%, see above), at most {p.max_rounds}: {how}.", "",
-           "| cell | x base | half-width | reached |", "|---|---|---|---|"]
+           f"| cell | x {res.ratio_base} | half-width | reached |", "|---|---|---|---|"]
     for c in res.cells:
-        if c is res.base:
+        if res.is_base(c):
             continue
         seq = c.ratio.sequential() if c.ratio is not None else None
         hw = seq.half_width if seq is not None else math.inf

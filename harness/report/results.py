@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness import stats
+from harness.formats.bases import base_cells
 from harness.formats.devstate import DeviceSample
 from harness.report.collect import CampaignData, RunData
 from harness.stats import Finding, Interval, RunPoint
@@ -67,6 +68,12 @@ class Results:
     fixed_config: dict[str, str]  # preamble keys identical in every run
     seed: int
     precision: PrecisionOutcome | None = None
+    bases: dict[int, int] = field(default_factory=dict)  # cell index -> its base's (formats.manifest.base_cells)
+    ratio_base: str = "base"  # what every ratio is to, as a column says it: "x <ratio_base>"
+
+    def is_base(self, c: CellResult) -> bool:
+        """c is a base cell: the base, or in a compare fleet its device's base."""
+        return c is self.base or self.bases.get(c.index) == c.index
 
 
 def _nanmean(parts: list[np.ndarray]) -> float:
@@ -178,8 +185,11 @@ def compute_results(data: CampaignData) -> Results:
     w = data.warmup
     shared, varying, fixed = _configs(data)
     base_idx = next(c.index for c in data.cells if not c.varied)
-    base_ok = [r for r in data.cell_runs(base_idx) if r.ok]
-    base_runs = stats.CellRuns.of([r.metrics.wall_ms(w) for r in base_ok], [r.rec.round for r in base_ok])
+    bases = base_cells(data.cells)  # on a compare fleet each device's own base: no ratio between devices
+    base_runs = {}
+    for b in set(bases.values()):
+        ok_b = [r for r in data.cell_runs(b) if r.ok]
+        base_runs[b] = stats.CellRuns.of([r.metrics.wall_ms(w) for r in ok_b], [r.rec.round for r in ok_b])
     cells: list[CellResult] = []
     findings: list[Finding] = []
     points: list[RunPoint] = []
@@ -190,7 +200,8 @@ def compute_results(data: CampaignData) -> Results:
         cr = stats.CellRuns.of(walls, [r.rec.round for r in ok])
         # each cell gets its own bootstrap stream (one run's within-run spread), derived from the campaign seed
         iv = stats.cell_interval(cr, seed + 1000 * c.index)
-        ratio = None if c.index == base_idx else stats.ratio_interval(cr, base_runs, seed + 1000 * c.index + 1)
+        b = bases[c.index]
+        ratio = None if c.index == b else stats.ratio_interval(cr, base_runs[b], seed + 1000 * c.index + 1)
         caps = [r.rec.peak_mem_mib for r in ok if r.rec.peak_mem_mib is not None]
         rb = _col(ok, "read_bytes", w)
         failures = [(r.run_id, r.rec.reason or r.problem or "failed") for r in runs
@@ -245,7 +256,7 @@ def compute_results(data: CampaignData) -> Results:
         findings.append(Finding("gate", f"the cooldown gate could not check {', '.join(unchecked)} on this "
                                         f"target: runs were not gated on it."))
     base = next(x for x in cells if x.index == base_idx)
-    outcome = precision_outcome(data, [c.ratio for c in cells if c is not base], [c.n_ok for c in cells])
+    outcome = precision_outcome(data, [c.ratio for c in cells if bases[c.index] != c.index], [c.n_ok for c in cells])
     if outcome is not None:  # stopped once precise: the ratios as the rule read them (sequential intervals)
         for c in cells:
             c.ratio = stats.printed(c.ratio, outcome.decision)
@@ -254,7 +265,16 @@ def compute_results(data: CampaignData) -> Results:
         cfg = []
     return Results(cells=cells, base=base, findings=findings, varying_keys=cfg,
                    varying_facts=[k for k in varying if k not in cfg], fixed_config=fixed, seed=seed,
-                   precision=outcome)
+                   precision=outcome, bases=bases, ratio_base=_ratio_base(data, base_idx))
+
+
+def _ratio_base(data: CampaignData, base_idx: int) -> str:
+    """What the ratios are to: "base"; in a compare fleet the base setting on each cell's own device."""
+    c = data.cells[base_idx]
+    if c.device is None:
+        return "base"
+    label = c.label[len(c.device) + 1:] if c.label.startswith(f"{c.device} ") else c.label
+    return f"{label or 'base'} on the same device"
 
 
 def precision_outcome(data: CampaignData, ratios: list[Interval | None], usable: list[int]
@@ -298,7 +318,7 @@ def results_rows(res: Results) -> list[dict[str, object]]:
             "tok_s": _r(c.tok_s.point if c.tok_s else None), "tok_s_lo": _between(c.tok_s, "low"),
             "tok_s_hi": _between(c.tok_s, "high"), "ci_basis": c.tok_s.basis if c.tok_s else None,
             "ci_method": c.tok_s.method if c.tok_s else None,
-            "ratio": _r(c.ratio.point if c.ratio else (1.0 if c is res.base else None)),
+            "ratio": _r(c.ratio.point if c.ratio else (1.0 if res.is_base(c) else None)),
             "ratio_lo": _between(c.ratio, "low"), "ratio_hi": _between(c.ratio, "high"),
             "ratio_method": c.ratio.method if c.ratio else None,
             "s_per_tok": _r(c.wall_s), "io_wait_s_per_tok": _r(c.io_s), "mgmt_s_per_tok": _r(c.mgmt_s),

@@ -27,7 +27,7 @@ COLS = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mg
 
 
 def plan(name: str = "t", cells: list[tuple[str, dict]] | None = None, **kw) -> PlanRecord:
-    """cells: (label, varied) pairs; the first is the base."""
+    """cells: (label, varied) pairs, or (label, varied, device) in a compare fleet; the first is the base."""
     cells = cells if cells is not None else [("base", {})]
     fields = dict(
         name=name, description="", model=ModelSource(path="m.gguf", recipe=None, push_from=None),
@@ -37,7 +37,8 @@ def plan(name: str = "t", cells: list[tuple[str, dict]] | None = None, **kw) -> 
         timeout_s=60.0, cooldown=Cooldown(cpu_temp_max_c=None, mem_available_min_mib=None, max_wait_s=60.0,
                                               poll_s=2.0),
         base_flags={"-t": 2},
-        cells=[PlanCell(index=i, label=lab, flags={"-t": 2, **var}, varied=var) for i, (lab, var) in enumerate(cells)],
+        cells=[PlanCell(index=i, label=lab, flags={"-t": 2, **var}, varied=var, **({"device": dev[0]} if dev else {}))
+               for i, (lab, var, *dev) in enumerate(cells)],
         order_of_runs=[],
     )
     return PlanRecord(**{**fields, **kw})

@@ -1,8 +1,9 @@
 """A campaign over several devices in findings.md (issue 24 item 2, the report side): compare (the device an
-axis) gets a table per device and one per setting across devices, with ratios between devices and the report's
-own intervals; spread (devices sharing one matrix) gets a real test of whether the device explains the variance
-of tok/s within cells, its p-value shown, and refuses to pool, saying why, when it does. The test's error rate
-is measured here on seeded known truth: alike devices refused at about the stated 5%, unlike ones caught."""
+axis) gets its verdict device by device, a table per device and one cross-device table (the only ratios between
+devices, each naming its base), with the report's own intervals; spread (devices sharing one matrix) gets a real
+test of whether the device explains the variance of tok/s within cells, its p-value shown, and refuses to pool,
+saying why, when it does. The test's error rate is measured here on seeded known truth: alike devices refused at
+about the stated 5%, unlike ones caught."""
 
 from __future__ import annotations
 
@@ -130,23 +131,49 @@ def test_spread_over_alike_devices_pools_and_says_what_it_tested(tmp_path):
     assert p >= ALPHA
 
 
-def test_compare_has_a_table_per_device_and_one_per_setting_across_devices(tmp_path):
-    cells = [("a base", {}), ("a --fast=on", {"--fast": True}), ("b base", {"device": "b"}),
-             ("b --fast=on", {"--fast": True, "device": "b"})]
+def _compare_md(tmp_path) -> str:
+    cells = [("a base", {}, "a"), ("a --fast=on", {"--fast": True}, "a"), ("b base", {"device": "b"}, "b"),
+             ("b --fast=on", {"--fast": True, "device": "b"}, "b")]
     ms = {0: 100, 1: 50, 2: 50, 3: 25}  # b twice as fast as a; --fast twice as fast on both
     runs = [(cell, rnd, csv_text([999] + [ms[cell]] * 4), "a" if cell < 2 else "b")
             for rnd in range(2) for cell in range(4)]
-    md = build_report(make_folder(tmp_path, cells, runs, devices=DEVICES), with_plots=False).texts["findings.md"]
+    return build_report(make_folder(tmp_path, cells, runs, devices=DEVICES), with_plots=False).texts["findings.md"]
+
+
+def test_compare_has_a_table_per_device_and_one_table_across_devices(tmp_path):
+    md = _compare_md(tmp_path)
     dev = _section(md, "Devices")
     assert dev.startswith("The device is an axis (compare): every setting ran on each of 2 devices, a the reference")
     on_b = dev.split("### On b\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert on_b[0] == "| setting | runs | tok/s [95% CI] | x base on b [95% CI] |"
     assert on_b[2:] == ["| base | 2/2 | 20.00 [20.00, 20.00] | 1 (base) |",
                         "| --fast=on | 2/2 | 40.00 [40.00, 40.00] | 2.00x [2.00, 2.00] |"]
-    across = dev.split("### --fast=on across devices\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert across[2:] == ["| a | 2/2 | 20.00 [20.00, 20.00] | 1 (reference) |",
-                          "| b | 2/2 | 40.00 [40.00, 40.00] | 2.00x [2.00, 2.00] |"]
+    across = dev.split("### Across devices\n\n", 1)[1].split("\n\n", 2)[1].splitlines()
+    assert across[0] == "| setting | device | runs | tok/s [95% CI] | x the same setting on a [95% CI] |"
+    assert across[2:] == ["| base | a | 2/2 | 10.00 [10.00, 10.00] | 1 (reference) |",
+                          "| base | b | 2/2 | 20.00 [20.00, 20.00] | 2.00x [2.00, 2.00] |",
+                          "| --fast=on | a | 2/2 | 20.00 [20.00, 20.00] | 1 (reference) |",
+                          "| --fast=on | b | 2/2 | 40.00 [40.00, 40.00] | 2.00x [2.00, 2.00] |"]
+    assert dev.count("### ") == 3 and "across devices\n" not in dev  # a, b, and the one cross-device table
     assert "Not pooled" not in md
+
+
+def test_compare_states_the_verdict_per_device_and_no_ratio_between_devices_outside_its_table(tmp_path):
+    """Before: the fastest cell of all (b --fast=on, on the faster device) against a's base, 4.00x, a ratio between
+    devices, in the verdict and in the results table."""
+    md = _compare_md(tmp_path)
+    verdict = _section(md, "Verdict").split("\n\n")
+    assert verdict[0] == ("**On a**: **--fast=on** is fastest: 20.00 [20.00, 20.00] tok/s (95% CI). Against base on a "
+                          "(10.00 [10.00, 10.00] tok/s) that is 2.00x [2.00, 2.00] base on a.")
+    assert verdict[1].startswith("**On b**: **--fast=on** is fastest: 40.00 [40.00, 40.00] tok/s (95% CI). Against "
+                                 "base on b (20.00 [20.00, 20.00] tok/s) that is 2.00x [2.00, 2.00] base on b.")
+    assert "4.00" not in md  # b --fast=on over a's base: nowhere
+    results = _section(md, "Results").splitlines()
+    assert "| x base on the same device [95% CI] |" in results[0]
+    rows = {r.split(" | ")[0].strip("| *"): r for r in results[2:6]}
+    assert " | 1 (base) | " in rows["a base"] and " | 1 (base) | " in rows["b base"]
+    assert " | 2.00 [2.00, 2.00] | " in rows["a --fast=on"] and " | 2.00 [2.00, 2.00] | " in rows["b --fast=on"]
+    assert "| x base on the same device, paired [95%] |" in md  # the pairing table names its base too
 
 
 def test_a_campaign_on_one_target_has_no_devices_section(tmp_path):

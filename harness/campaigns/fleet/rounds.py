@@ -9,7 +9,8 @@ while its writes would take over 5% of the time: store.ManifestSaver).
 `members` are `FleetMember`s: a label and `open()`, which connects (or reconnects) and stages the engine
 and model on that device (`device_opener` builds one from a FleetDevice and a Target factory: AdbTarget
 by default; the scheduler benchmark passes a fake fast target). Each run's record gets its device's
-label; a device opened (or back) gets its description in the manifest's `devices`."""
+label; a device opened (or back) gets its description in the manifest's `devices`, and the first time its
+fingerprint and storage in `provenance.devices`."""
 
 from __future__ import annotations
 
@@ -25,11 +26,12 @@ from harness.campaigns import store
 from harness.campaigns.fleet.devices import FleetDevice, owner_of
 from harness.campaigns.fleet.progress import DeviceLine, FleetProgress
 from harness.campaigns.fleet.scheduler import Event, Member, schedule
+from harness.campaigns.provenance import device_provenance
 from harness.campaigns.rounds import CampaignResult, closing, one_run
 from harness.campaigns.steady import Pacer, left_unrun
 from harness.campaigns.validate import Plan
 from harness.errors import UserError
-from harness.formats.manifest import Manifest
+from harness.formats.manifest import DeviceProvenance, Manifest
 from harness.formats.outcome import Deferral
 from harness.targets.base import Target
 
@@ -38,9 +40,9 @@ class TargetSession:
     """A device opened for runs: its Target, its resolved inputs (staged there) and its description."""
 
     def __init__(self, label: str, plan: Plan, m: Manifest, folder: Path, target: Target, res, desc: dict,
-                 line: DeviceLine | None):
+                 line: DeviceLine | None, prov: DeviceProvenance | None = None):
         self.label, self.plan, self.m, self.folder = label, plan, m, folder
-        self.target, self.res, self.desc = target, res, desc
+        self.target, self.res, self.desc, self.prov = target, res, desc, prov
         self.line = line if line is not None else _Quiet(label)
         self.pacer = Pacer(plan.campaign.cooldown.between_runs_s)  # this device's own runs, one after another
 
@@ -113,7 +115,8 @@ def device_opener(plan: Plan, d: FleetDevice, resolve: Callable, folder_m: Calla
             if bad is not None:
                 raise UserError(bad)
             desc = {**t.describe(), "server": d.server} if t.kind == "adb" else t.describe()
-            return TargetSession(d.label, plan, m, folder, t, res, desc, line)
+            prov = device_provenance(t, desc, res.model_path)
+            return TargetSession(d.label, plan, m, folder, t, res, desc, line, prov)
 
     return FleetMember(d, open_)
 
@@ -216,10 +219,14 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
 
 
 def _describe(m: Manifest, label: str, s: TargetSession | None) -> bool:
-    """Record a device's description in the manifest once it has been opened (again); True when recorded."""
+    """Record a device's description in the manifest once it has been opened (again), and its provenance (its
+    fingerprint and storage) the first time; True when recorded."""
     if s is None:
         return False
     m.devices = {**(m.devices or {}), label: s.desc}
+    pv = m.provenance
+    if pv is not None and s.prov is not None and label not in (pv.devices or {}):
+        pv.devices = {**(pv.devices or {}), label: s.prov}
     return True
 
 
