@@ -11,6 +11,7 @@
   sha256 equal to the campaign's; a folder from before v3 passes as *legacy*, with
   a note (what ran then cannot be recovered now: hashing today's file would claim what was not checked);
 - the lossless audit clean (harness.report.audit);
+- each device-preparation journal (prepared/) readable; one left unrestored is a note naming `devices --restore`;
 - raw files intact (their sha256 in the manifest); a finished run without its sha256 in a manifest from v2 on
   is a problem (the entry was removed); runs from before file hashes (manifest v1) pass as legacy, with a
   note naming the migration.
@@ -44,6 +45,7 @@ from harness.report.audit import audit
 from harness.report.check_devices import check_devices, gaps, several
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.results import compute_results
+from harness.report.prepared_md import journal_states
 from harness.report.steady_md import deferred_lines, throttled
 
 MIN_KEPT_TOKENS = 4  # tokens after the warm-up, per ok run
@@ -228,7 +230,10 @@ def check_folder(folder: Path | str) -> CheckResult:
     hot = [rid for runs in throttled(data).values() for rid, _ in runs]
     if hot:
         notes.append(f"the device throttled during run(s) {' '.join(hot)} (findings.md marks their cells)")
-    found = [*audit(data).violations(), *_runs(data), *prov, *prec]
+    states, unreadable = journal_states(folder)
+    notes += [f"device {serial} was left prepared ({state}, not restored): `bmoe-bench devices --restore {folder}` "
+              f"puts it back" for serial, state in states if state != "restored"]
+    found = [*audit(data).violations(), *_runs(data), *prov, *prec, *unreadable]
     res.problems, acked = _acknowledge(found, [*model_hashes, *hashes], read_acknowledged(folder))
     res.notes = notes + acked
     return res

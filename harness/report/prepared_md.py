@@ -22,3 +22,16 @@ def preparation_lines(folder: Path) -> list[str]:
                                                  f"it back.")
         out.append(f"- **Device preparation**, {j.serial}: {j.summary()}.{left}")
     return out
+
+
+def journal_states(folder: Path) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(device serial, journal state)], [one problem line per journal that cannot be read]) for `check`."""
+    states, bad = [], []
+    for p in fmt.journals(folder):
+        try:
+            j = fmt.load(p)
+        except UserError as e:
+            bad.append(f"{fmt.DIR}/{p.name}: unreadable device-preparation journal ({e})")
+            continue
+        states.append((j.serial, j.state))
+    return states, bad

@@ -287,10 +287,15 @@ def test_a_killed_harness_is_put_right_by_devices_restore(tmp_path, device):
     folder = _killed_mid_campaign(tmp_path, dev, p, tmp_path / "bd")
     left = dev.profile.snapshot()
     assert left != before and left["screen_on"] is False and left["governors"]["policy1"] == "performance"
+    left_note = f"device {dev.serial} was left prepared (applied, not restored)"
+    r = subprocess.run([*BENCH, "check", str(folder)], capture_output=True, text=True, timeout=120)
+    assert left_note in " ".join((r.stdout + r.stderr).split())  # check says so, and how to put it back
     r = subprocess.run([*BENCH, "devices", "--restore", str(folder)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert f"{dev.serial}: restored (screen off; on battery" in " ".join(r.stdout.split())
     assert dev.profile.snapshot() == before and _journal(folder, dev.serial).state == "restored"
+    r = subprocess.run([*BENCH, "check", str(folder)], capture_output=True, text=True, timeout=120)
+    assert "left prepared" not in r.stdout + r.stderr
     # again: idempotent, nothing left to do
     r = subprocess.run([*BENCH, "devices", "--restore", str(folder)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and f"{dev.serial}: already restored" in r.stdout
