@@ -24,6 +24,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from harness.formats.campaign_fidelity import FidelitySpec
 from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
+from harness.formats.campaign_replicate import Replicate, replicate_problems
 from harness.formats.campaign_ssh import ssh_problems
 from harness.formats.campaign_target import TargetSpec as TargetSpec  # re-exported
 from harness.formats.campaign_types import FamilyName as _FamilyName
@@ -223,6 +224,9 @@ class CampaignFile(_Model):
         "`bmoe-bench report --all` writes reports/<family>.md across them, by model size"))
     targets: list[FleetTarget] | None = Field(None, min_length=1, description="a fleet: [{serial, server, label}]")
     fleet: FleetSpec | None = Field(None, description="a fleet's use (compare|spread), selector, device_grace_s")
+    replicate: Replicate | None = Field(None, description=(
+        "repeat the headline comparison as separate tries with waits between them, as MLPerf Mobile asks: "
+        "{tries: 5, within_pct: 5, wait_s: 300}; findings and check say whether it replicated"))
     device_timeout_s: float | None = Field(None, ge=1, description=(
         "adb, ssh, termux and fleet targets: the longest one exchange with a device's server may take (default 30 "
         "s); `--device-timeout` overrides it. Not part of the plan: a folder resumes with another"))
@@ -231,6 +235,7 @@ class CampaignFile(_Model):
         """Every rule between fields this file breaks, as (location, message)."""
         out = self._part_problems() + self._axis_problems() + self._quality_problems() + self._traces_problems()
         out += self._precision_problems() + self._fidelity_problems() + fleet_problems(self)
+        out += replicate_problems(self)
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))

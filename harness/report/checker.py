@@ -9,6 +9,8 @@
   and every run's model sha256 equal to the campaign's; a folder from before v3 passes as *legacy*, with
   a note (what ran then cannot be recovered now: hashing today's file would claim what was not checked);
 - the lossless audit clean (harness.report.audit);
+- a campaign with `replicate:`: its headline comparison replicated over every try (harness.report.replication;
+  replicated is a note, not replicated or incomplete a problem);
 - raw files intact (their sha256 in the manifest); a finished run without its sha256 in a manifest from v2 on
   is a problem (the entry was removed); runs from before file hashes (manifest v1) pass as legacy, with a
   note naming the migration.
@@ -40,6 +42,8 @@ from harness.formats.manifest import (
 )
 from harness.report.audit import audit
 from harness.report.collect import CampaignData, load_campaign_data
+from harness.report.replicate_stats import REPLICATED
+from harness.report.replication import replication_of
 from harness.report.results import compute_results
 
 MIN_KEPT_TOKENS = 4  # tokens after the warm-up, per ok run
@@ -204,6 +208,16 @@ def _precision(data: CampaignData) -> tuple[list[str], list[str]]:
     return [f"{rule}: not decided after {q.rounds} rounds (runs pending or rounds missing); resume the campaign"], []
 
 
+def _replication(data: CampaignData) -> tuple[list[str], list[str]]:
+    """A campaign with `replicate:`: (problems, notes). Replicated is a note; not replicated (or not every try done)
+    is a problem, which a reviewer may acknowledge with its reason."""
+    r = replication_of(data)
+    if r is None:
+        return [], []
+    line = r.verdict.line()
+    return ([], [line]) if r.verdict.state == REPLICATED else ([line], [])
+
+
 def check_folder(folder: Path | str) -> CheckResult:
     folder = Path(folder)
     data = load_campaign_data(folder)
@@ -213,7 +227,9 @@ def check_folder(folder: Path | str) -> CheckResult:
     notes += unhashed
     prec, prec_notes = _precision(data)
     notes += prec_notes
-    found = [*audit(data).violations(), *_runs(data), *prov, *prec]
+    rep, rep_notes = _replication(data)
+    notes += rep_notes
+    found = [*audit(data).violations(), *_runs(data), *prov, *prec, *rep]
     res.problems, acked = _acknowledge(found, [*model_hashes, *hashes], read_acknowledged(folder))
     res.notes = notes + acked
     return res

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from harness.report import replication
 from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
 from harness.report.config_md import config_table
@@ -344,6 +345,8 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied) + f" vs {res.base.label}", ""]
     fl = fleet_of(data, res)  # runs on several devices: None on one target
     L += ["## Verdict", ""] + (fleet_verdict(res, fl) or verdict(res)) + [""]
+    rp = replication.replication_of(data)  # a campaign with replicate: its tries (None otherwise)
+    L += replication.verdict_lines(rp)
     n_fail = sum(len(c.failures) for c in res.cells)
     pending = sum(1 for r in data.runs if not r.rec.finished)
     if pending:
@@ -363,6 +366,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += sample_section(data)
     L += recall_section(data)
     L += fleet_section(data, res, fl)
+    L += replication.section(data, rp)
     L += fidelity or []
     L += engines_section(data)
     L += audit_section(aud)
