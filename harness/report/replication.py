@@ -80,6 +80,12 @@ def replication_of(data: CampaignData) -> Replication | None:
     return Replication(comps, ivs, verdict(comps, rep.tries, rep.within_pct), _gaps(data, rep.tries))
 
 
+def tries_note(plan) -> str:
+    """After the Setup's repeats: ` per try, 5 tries 300 s apart` when the campaign replicates."""
+    rep = plan.replicate
+    return "" if rep is None else f" per try, {rep.tries} tries {rep.wait_s:g} s apart (Replication below)"
+
+
 def _pct(x: float) -> str:
     return "n/a" if x != x else f"{x:.2f}%"
 
@@ -100,7 +106,7 @@ def section(data: CampaignData, r: Replication | None) -> list[str]:
     assert rep is not None
     v = r.verdict
     gaps = [g for g in r.gaps_s if g is not None]
-    gap = (f"measured gaps between tries {min(gaps):.0f}-{max(gaps):.0f} s" if gaps else "no gap measured yet")
+    gap = (f"measured gaps between tries {min(gaps):.1f}-{max(gaps):.1f} s" if gaps else "no gap measured yet")
     out = ["## Replication", "",
            f"Asked (`replicate:`): {rep.tries} tries within {rep.within_pct:g}%, {rep.wait_s:g} s between them "
            f"({gap}). Each try is a separate pass over every cell, {data.plan.repeats} round(s), its runs recorded "

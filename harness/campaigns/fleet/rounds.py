@@ -181,6 +181,10 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
     waiting: dict[str, int] = {}
     for i in pending:
         queued(i, 1)
+    def show_all(text: str) -> None:  # the wait between tries, on every device's line
+        for x in labels:
+            prog.set(x, text)
+
     left: list[str] = []
     lost: dict[str, str] = {}
     with closing(folder, m):
@@ -188,8 +192,7 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
             for k, part in by_try(m, pending):  # a replicating campaign: one try at a time, waits between
                 if k is not None and try_due(m, k) is not None:
                     saver.flush(m)
-                    wait_for_try(m, k, lambda s: [prog.set(x, s) for x in labels],
-                                 say=lambda s: console.print(s, highlight=False))
+                    wait_for_try(m, k, show_all, say=lambda s: console.print(s, highlight=False))
                 rep = schedule(part, [member(x) for x in members],
                                owner=(lambda i: owner[m.runs[i].cell]) if owner is not None else None,
                                on_events=on_events, grace_s=grace_s, poll_s=poll_s, opened=dict(sessions))
