@@ -20,8 +20,9 @@ from harness.errors import UserError
 from harness.formats.manifest import load_manifest
 from harness.report.build import check_report, write_report
 from harness.report.checker import check_folder
+from harness.targets.local import LocalTarget
 from tests.helpers.campaign import errors, write
-from tests.helpers.runner import BENCH, quiet, wait_for
+from tests.helpers.runner import BENCH, engine, quiet, wait_for
 
 CAMPAIGN = """\
 name: rep
@@ -153,3 +154,45 @@ def test_a_manifest_whose_run_names_another_try_is_refused(tmp_path):
     path.write_text(json.dumps(m))
     with pytest.raises(UserError, match="try_index 0 where its round gives 1"):
         load_manifest(res.folder)
+
+
+def test_a_compare_fleet_replicates_per_device_its_tries_one_after_the_other(tmp_path):
+    """The fleet's path (every device at once within a try, a barrier and the wait between tries), with this
+    machine's LocalTarget standing in for each device and a real engine process per run (the fake engine: each
+    device's ratio is 2.00x in every try, so every device replicates with spread 0)."""
+    exe = engine(tmp_path)
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"\0" * 4096)
+    p = write(tmp_path, f"""\
+        name: fleet-rep
+        model: {{push_from: {model}}}
+        engine: {{kind: external, push_from: {exe}}}
+        flags: {{--speed: 10, --sleep-ms: 60}}
+        repeats: 2
+        tokens: 6
+        warmup_tokens: 1
+        cooldown: {{max_wait_s: 5}}
+        timeout_s: 60
+        axes:
+          - {{flag: --speed, values: [20]}}
+        targets:
+          - {{serial: one, label: d1}}
+          - {{serial: two, label: d2}}
+        fleet: {{use: compare}}
+        replicate: {{tries: 3, within_pct: 5, wait_s: 1}}
+        """)
+    res = run_campaign(p, root=tmp_path / "bd", console=quiet(), fleet_target=lambda d: LocalTarget())
+    assert (res.n_ok, res.n_not_run) == (24, 0)
+    m = load_manifest(res.folder)
+    for k in (1, 2):  # no run of a try starts before every run of the one before has ended, and wait_s after it
+        gap = min(_t(r.start) for r in m.runs if r.try_index == k) - max(_t(r.end) for r in m.runs
+                                                                          if r.try_index == k - 1)
+        assert gap >= 1.0
+    write_report(res.folder)
+    md = (res.folder / "findings.md").read_text()
+    for d in ("d1", "d2"):
+        assert (f"| {d} | --speed=20 / base | 2.000x [2.000, 2.000] | 2.000x [2.000, 2.000] | 2.000x [2.000, 2.000] "
+                f"| 0.00% | 0.00% | within 5% |") in md
+    checked = check_folder(res.folder)
+    want = "replicate: replicated within 5% over 3 tries (widest spread 0.00%, --speed=20 / base on d1)"
+    assert want in checked.notes
