@@ -67,6 +67,10 @@ class RunProgress(Bars):
     def waiting(self, why: str) -> None:
         self.p.update(self.t_tok, description=f"cooldown: {why}")
 
+    def note(self, text: str) -> None:
+        """Between runs: what the runner waits for (the next try of a replicating campaign)."""
+        self.p.update(self.t_tok, description=text)
+
     def token(self, d: dict) -> None:
         step = d.get("step")
         steps = d.get("steps") or self.tokens

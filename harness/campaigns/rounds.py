@@ -25,6 +25,7 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.provenance import model_mismatch, model_sha256
 from harness.campaigns.questions import take_replies
+from harness.campaigns.replicate import round_of, try_due, wait_for_try
 from harness.campaigns.steady import DeferQueue, Pacer, deferral, left_unrun
 from harness.campaigns.traces import take_traces, trace_outputs
 from harness.campaigns.validate import Plan, engine_argv_tail
@@ -102,8 +103,12 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
                 queue = DeferQueue([i for i, r in enumerate(m.runs) if not r.finished], cd.max_deferrals)
                 while (i := queue.take()) is not None:
                     r = m.runs[i]
+                    if try_due(m, r.try_index) is not None:  # the first run of a try: the wait before it
+                        saver.flush(m)
+                        wait_for_try(m, r.try_index, prog.note, say=lambda s: console.print(s, highlight=False))
                     cell = plan.cells[r.cell]
-                    prog.start_run(r.run_id, cell.label, r.round + 1, rounds, cell.index)
+                    rnd, of = round_of(r, m.campaign, rounds)
+                    prog.start_run(r.run_id, cell.label, rnd, of, cell.index)
                     done = one_run(plan, r, folder, target, res, prog,
                                    m.provenance.model_sha256 if m.provenance else None, m, pacer)
                     if isinstance(done, Deferral):

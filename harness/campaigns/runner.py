@@ -37,6 +37,7 @@ from harness.campaigns.validate import Plan, plan_campaign
 from harness.devices.timeouts import campaign_limits
 from harness.errors import UserError
 from harness.formats.campaign import COOLDOWN_LATER, Cooldown, EngineSpec
+from harness.formats.campaign_replicate import tries_text, try_of
 from harness.formats.hub_source import HubSource
 from harness.formats.manifest import (
     FORMAT,
@@ -101,6 +102,7 @@ def plan_record(plan: Plan) -> PlanRecord:
         **({"fleet": plan.fleet} if plan.fleet is not None else {}),  # likewise
         **({"sample_text": c.sample_text} if c.sample_text else {}),  # likewise
         **({"prepare": _every_field(c.prepare)} if c.prepare is not None else {}),  # likewise
+        **({"replicate": c.replicate} if c.replicate else {}),  # likewise
     )
 
 
@@ -260,7 +262,8 @@ def new_manifest(plan: Plan, rec: PlanRecord, target_desc: dict, res: Resolved, 
         model=res.model_desc,
         target=target_desc,
         read_bandwidth=None,
-        runs=[RunRecord(run_id=r.run_id, round=r.round, cell=r.cell, position=r.position, status="pending")
+        runs=[RunRecord(run_id=r.run_id, round=r.round, cell=r.cell, position=r.position, status="pending",
+                        **({"try_index": t} if (t := try_of(r.round, rec.repeats, rec.replicate)) is not None else {}))
               for r in plan.runs],
         sessions=[],
         **({"engines": res.engines} if res.engines else {}),
@@ -325,6 +328,8 @@ def _run_plan(plan: Plan, root: Path, console: Console, fresh: bool, retry_faile
                 folder = folder_setup.create(root, plan, m, now)
                 lock = store.lock_folder(folder)
                 more = f" (then whole rounds until {describe(rec.precision)})" if rec.precision else ""
+                if rec.replicate is not None:
+                    more += f" ({tries_text(rec.replicate)})"
                 if shard is not None:
                     more += f", shard {shard}: {rounds_text(plan)}, {len(plan.runs)} runs"
                 console.print(f"campaign {plan.campaign.name}: {len(plan.cells)} cells x {rec.repeats} "

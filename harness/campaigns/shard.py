@@ -49,6 +49,9 @@ def shard_plan(plan: Plan, shard: Shard | None) -> Plan:
     if c.precision is not None:
         raise UserError(f"--shard {shard}: campaign {c.name} has precision:, which adds rounds from every run so "
                         f"far, and a shard sees only its own; run it whole, or give it fixed repeats to shard it")
+    if c.replicate is not None:
+        raise UserError(f"--shard {shard}: campaign {c.name} replicates (replicate:), its tries one after the "
+                        f"other with waits between them on one machine; run it whole")
     if c.fidelity is not None:
         raise UserError(f"--shard {shard}: campaign {c.name} is a fidelity campaign, whose reference run is made "
                         f"once per folder; run it whole")

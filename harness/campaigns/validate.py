@@ -14,6 +14,7 @@ from harness.campaigns.yamlsrc import CampaignError
 from harness.errors import UserError
 from harness.formats.campaign import FlagValue
 from harness.formats.campaign_fleet import FleetRecord
+from harness.formats.campaign_replicate import planned_rounds
 from harness.formats.folder import COMPUTE_TRACE_FILE, IO_TRACE_FILE, PROMPTS_FILE, REPLIES_FILE
 
 
@@ -191,4 +192,4 @@ def plan_campaign(path: Path | str, *, check_files: bool = True, overrides: list
         problems += local_file_problems(c)
     if problems:
         raise CampaignError(problems)
-    return Plan(campaign=c, cells=cells, runs=order_runs(len(cells), c.min_repeats(), c.order, c.seed))
+    return Plan(campaign=c, cells=cells, runs=order_runs(len(cells), planned_rounds(c), c.order, c.seed))

@@ -47,6 +47,10 @@ def validate(file: Path = typer.Argument(..., help="campaign YAML file"),
         typer.echo(f"{file}: with " + ", ".join(f"--set {o}" for o in c.overrides))
     more = (f", then whole rounds until every ratio is within +-{100 * c.precision.ratio_half_width:g}% (at most "
             f"{c.precision.max_repeats})") if c.precision else ""
+    if c.replicate is not None:
+        from harness.formats.campaign_replicate import tries_text
+
+        more += f" ({tries_text(c.replicate)})"
     typer.echo(f"{file}: ok: campaign {c.name}, {len(plan.cells)} cells x {c.min_repeats()} repeats = "
                f"{len(plan.runs)} runs of {c.tokens} tokens{more}, order {c.order}, target {c.target.kind}")
     for m in made:

@@ -22,9 +22,12 @@ from pydantic import (
 )
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
+from harness.formats.campaign_cooldown import COOLDOWN_LATER as COOLDOWN_LATER  # re-exported
+from harness.formats.campaign_cooldown import Cooldown as Cooldown  # re-exported: many import it from here
 from harness.formats.campaign_fidelity import FidelitySpec
 from harness.formats.campaign_fleet import FleetSpec, FleetTarget, fleet_problems
 from harness.formats.campaign_prepare import PrepareSpec
+from harness.formats.campaign_replicate import Replicate, replicate_problems
 from harness.formats.campaign_ssh import ssh_problems
 from harness.formats.campaign_target import TargetSpec as TargetSpec  # re-exported
 from harness.formats.campaign_types import FamilyName as _FamilyName
@@ -113,27 +116,6 @@ class EngineEntry(EngineSpec):
     spell: dict[FlagName, FlagName | None] = Field(default_factory=dict, description=(
         "campaign flag -> this engine's spelling of it, or null when the engine has no such flag (omitted; "
         "the report still checks from the CSV preambles that the setting is the same)"))
-
-
-class Cooldown(_Model):
-    cpu_temp_max_c: float | None = Field(None, description="wait while the hottest CPU thermal zone is above this")
-    mem_available_min_mib: int | None = Field(None, ge=0, description="wait while MemAvailable is below this")
-    max_wait_s: float = Field(300.0, ge=0, description="longest wait before a run goes ahead (recorded, warned)")
-    poll_s: float = Field(2.0, ge=0.1, description="seconds between checks")
-    between_runs_s: float = Field(0.0, ge=0, le=86400, description=(
-        "a fixed cool-down: seconds to wait before every run after the first on a device, before the gate "
-        "(recorded per run)"))
-    on_timeout: Literal["run", "defer"] = Field("run", description=(
-        "when max_wait_s passes with the condition unmet: run (hot, recorded and warned) or defer (never run "
-        "hot: the run goes to the end of the queue; left unrun after max_deferrals, and `run` again retries it)"))
-    max_deferrals: int = Field(2, ge=0, le=100, description=(
-        "with on_timeout: defer, times one run may go to the end of the queue in one session before it is "
-        "left unrun"))
-
-
-# Cooldown keys added after plans were first recorded: the plan record sets them only when not their default,
-# so an older folder's plan hashes the same and resumes (harness.campaigns.runner.plan_record)
-COOLDOWN_LATER = ("between_runs_s", "on_timeout", "max_deferrals")
 
 
 class FlagAxis(_Model):
@@ -238,6 +220,9 @@ class CampaignFile(_Model):
         "`bmoe-bench report --all` writes reports/<family>.md across them, by model size"))
     targets: list[FleetTarget] | None = Field(None, min_length=1, description="a fleet: [{serial, server, label}]")
     fleet: FleetSpec | None = Field(None, description="a fleet's use (compare|spread), selector, device_grace_s")
+    replicate: Replicate | None = Field(None, description=(
+        "repeat the headline comparison as separate tries with waits between them, as MLPerf Mobile asks: "
+        "{tries: 5, within_pct: 5, wait_s: 300}; findings and check say whether it replicated"))
     device_timeout_s: float | None = Field(None, ge=1, description=(
         "adb, ssh, termux and fleet targets: the longest one exchange with a device's server may take (default 30 "
         "s); `--device-timeout` overrides it. Not part of the plan: a folder resumes with another"))
@@ -252,6 +237,7 @@ class CampaignFile(_Model):
         if self.prepare is not None:
             adb = self.target.kind == "adb" or self.targets is not None or self.fleet is not None
             out += self.prepare.problems(adb)
+        out += replicate_problems(self)
         if self.warmup_tokens >= self.tokens:
             out.append((("warmup_tokens",), f"warmup_tokens ({self.warmup_tokens}) must be less than tokens "
                                             f"({self.tokens}): nothing would be left to measure"))

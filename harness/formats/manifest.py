@@ -36,13 +36,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from harness.errors import UserError
 from harness.formats.campaign import Cooldown, EngineEntry, EngineSpec, ModelSource, Precision, TargetSpec
 from harness.formats.campaign_fidelity import FidelityRecord, FidelityRef
 from harness.formats.campaign_fleet import FleetRecord
 from harness.formats.campaign_prepare import PrepareSpec
+from harness.formats.campaign_replicate import Replicate
 from harness.formats.files import atomic_write_json
 from harness.formats.folder import ENGINE_LOG as ENGINE_LOG  # campaigns/runner.py imports it from here
 from harness.formats.folder import MANIFEST, RUNS
@@ -143,6 +144,8 @@ class PlanRecord(Record):
     fleet: FleetRecord | None = None  # fleet campaigns only (absent otherwise: older plans hash the same)
     sample_text: int = 0  # characters of each cell's text shown in findings (set only when asked)
     prepare: PrepareSpec | None = None  # the devices' preparation (set only when given: older plans hash the same)
+    # replication (set only when asked: older plans hash the same): `repeats` rounds per try, tries after each other
+    replicate: Replicate | None = None
 
 
 # ---- what the campaign ran with ------------------------------------------------------------------------------
@@ -191,6 +194,7 @@ class RunSlot(Record):
     round: int  # 0-based repeat round
     cell: int  # PlanCell.index
     position: int  # 0-based place in the run order
+    try_index: int | None = Field(None, ge=0)  # 0-based try of a replicating campaign (round // repeats); else unset
     _id = field_validator("run_id")(lambda v: checked_run_id(v))
 
 
@@ -268,6 +272,11 @@ class Manifest(Record):
         ids = [r.run_id for r in self.runs]
         if len(set(ids)) != len(ids):
             raise ValueError(f"run id {next(i for i in ids if ids.count(i) > 1)} is recorded twice")
+        rep, n = self.campaign.replicate, self.campaign.repeats
+        for r in self.runs:  # a replicating plan's runs each name their try: the one their round falls in
+            want = None if rep is None else r.round // n
+            if r.try_index != want or want is not None and want >= rep.tries:
+                raise ValueError(f"run {r.run_id}: try_index {r.try_index} where its round gives {want}")
         return self
 
     @property

@@ -12,6 +12,8 @@
   a note (what ran then cannot be recovered now: hashing today's file would claim what was not checked);
 - the lossless audit clean (harness.report.audit);
 - each device-preparation journal (prepared/) readable; one left unrestored is a note naming `devices --restore`;
+- a campaign with `replicate:`: its headline comparison replicated over every try (harness.report.replication;
+  replicated is a note, not replicated or incomplete a problem);
 - raw files intact (their sha256 in the manifest); a finished run without its sha256 in a manifest from v2 on
   is a problem (the entry was removed); runs from before file hashes (manifest v1) pass as legacy, with a
   note naming the migration.
@@ -44,8 +46,10 @@ from harness.formats.manifest import (
 from harness.report.audit import audit
 from harness.report.check_devices import check_devices, gaps, several
 from harness.report.collect import CampaignData, load_campaign_data
-from harness.report.results import compute_results
 from harness.report.prepared_md import journal_states
+from harness.report.replicate_stats import REPLICATED
+from harness.report.replication import replication_of
+from harness.report.results import compute_results
 from harness.report.steady_md import deferred_lines, throttled
 
 MIN_KEPT_TOKENS = 4  # tokens after the warm-up, per ok run
@@ -218,6 +222,16 @@ def _precision(data: CampaignData) -> tuple[list[str], list[str]]:
     return [f"{rule}: not decided after {q.rounds} rounds (runs pending or rounds missing); resume the campaign"], []
 
 
+def _replication(data: CampaignData) -> tuple[list[str], list[str]]:
+    """A campaign with `replicate:`: (problems, notes). Replicated is a note; not replicated (or not every try done)
+    is a problem, which a reviewer may acknowledge with its reason."""
+    r = replication_of(data)
+    if r is None:
+        return [], []
+    line = r.verdict.line()
+    return ([], [line]) if r.verdict.state == REPLICATED else ([line], [])
+
+
 def check_folder(folder: Path | str) -> CheckResult:
     folder = Path(folder)
     data = load_campaign_data(folder)
@@ -233,7 +247,9 @@ def check_folder(folder: Path | str) -> CheckResult:
     states, unreadable = journal_states(folder)
     notes += [f"device {serial} was left prepared ({state}, not restored): `bmoe-bench devices --restore {folder}` "
               f"puts it back" for serial, state in states if state != "restored"]
-    found = [*audit(data).violations(), *_runs(data), *prov, *prec, *unreadable]
+    rep, rep_notes = _replication(data)
+    notes += rep_notes
+    found = [*audit(data).violations(), *_runs(data), *prov, *prec, *rep, *unreadable]
     res.problems, acked = _acknowledge(found, [*model_hashes, *hashes], read_acknowledged(folder))
     res.notes = notes + acked
     return res

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from harness.report import replication
 from harness.report.audit import audit, audit_section
 from harness.report.collect import CampaignData
 from harness.report.config_md import config_table
@@ -128,7 +129,7 @@ def _setup(data: CampaignData, res: Results) -> list[str]:
     flags = " ".join(f"`{k}={v}`" for k, v in p.base_flags.items()) or "engine defaults"
     per = (f"at most {p.tokens} tokens per question" if p.quality else f"{p.tokens} tokens per run")
     out.append(f"- **Fixed**: base flags {flags}; {per}, the first "
-               f"{p.warmup_tokens} trimmed; {_repeats(res, p.repeats)}; order {p.order} "
+               f"{p.warmup_tokens} trimmed; {_repeats(res, p.repeats)}{replication.tries_note(p)}; order {p.order} "
                f"(seed {p.seed}); one fresh engine process per run (cold expert cache"
                + (" at its first question, warm after)." if p.quality else ")."))
     cd = p.cooldown
@@ -329,7 +330,7 @@ def _not_shown(data: CampaignData, res: Results) -> list[str]:
     if any(c.tok_s is not None and not c.tok_s.between_runs for c in res.cells):
         out.append("- Cells with a single run: the spread between runs is unknown; the spread shown within the "
                    "run ignores run-to-run variance and the correlation between neighbouring tokens.")
-    if p.repeats < 5 and res.precision is None:
+    if p.repeats < 5 and res.precision is None and p.replicate is None:
         out.append(f"- {p.repeats} repeats per cell: honest 95% intervals over so few runs are wide (t with "
                    f"{p.repeats - 1} degree{'s' if p.repeats > 2 else ''} of freedom); more repeats narrow them.")
     if p.quality is None:
@@ -349,6 +350,8 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += [f"# {p.name}: " + "; ".join(c.label for c in res.cells if c.varied) + f" vs {res.base.label}", ""]
     fl = fleet_of(data, res)  # runs on several devices: None on one target
     L += ["## Verdict", ""] + (fleet_verdict(data, res, fl) or verdict(res)) + [""]
+    rp = replication.replication_of(data)  # a campaign with replicate: its tries (None otherwise)
+    L += replication.verdict_lines(rp)
     n_fail = sum(len(c.failures) for c in res.cells)
     pending = sum(1 for r in data.runs if not r.rec.finished)
     if pending:
@@ -372,6 +375,7 @@ def render_findings(data: CampaignData, res: Results, previous: str | None,
     L += sample_section(data)
     L += recall_section(data)
     L += fleet_section(data, res, fl)
+    L += replication.section(data, rp)
     L += fidelity or []
     L += engines_section(data)
     L += audit_section(aud)

@@ -244,7 +244,8 @@ def summarize(name: str, data: CampaignData, res: Results, kld: dict[int, str] |
     where = (f"this machine ({getattr(tgt, 'cpus', None)} CPUs, {getattr(tgt, 'cpu_model', None)})"
              if tgt.kind == "local" else f"{tgt.kind} device {who}".strip())
     commit = (m.harness.commit or "?")[:12]
-    runs = f"{res.precision.rounds} runs (until precise)" if res.precision else f"{p.repeats} runs"
+    runs = f"{res.precision.rounds} runs (until precise)" if res.precision else f"{p.repeats} runs" + (
+        f" in each of {p.replicate.tries} tries" if p.replicate else "")
     note = (f"{len(data.cells)} cells x {runs} of {p.tokens} tokens (first "
             f"{data.warmup} dropped as warm-up), on {where}"
             + (f" under a {cap:g} MiB memory cap" if cap else "")

@@ -10,6 +10,7 @@ from harness.campaigns.expand import expand_cells, flags_argv, order_runs
 from harness.campaigns.schema import load_campaign
 from harness.campaigns.validate import engine_argv_tail, plan_campaign
 from harness.campaigns.yamlsrc import CampaignError
+from harness.formats.campaign_replicate import planned_rounds
 
 CAMPAIGNS = Path(__file__).resolve().parents[2] / "campaigns"
 
@@ -139,7 +140,7 @@ def test_external_engine_spells_its_own_flags(tmp_path):
 def test_every_campaign_file_loads_and_expands(path):
     plan = plan_campaign(path, check_files=False)
     assert len(plan.cells) >= 2
-    assert len(plan.runs) == len(plan.cells) * plan.campaign.repeats
+    assert len(plan.runs) == len(plan.cells) * planned_rounds(plan.campaign)  # repeats, once per try if replicating
     assert plan.cells[0].is_base and all(x.varied for x in plan.cells[1:])
 
 

@@ -15,6 +15,7 @@ from harness.campaigns.expand import Cell, order_runs
 from harness.campaigns.validate import Plan
 from harness.errors import UserError
 from harness.formats.campaign_fleet import FleetRecord, parse_server, server_name
+from harness.formats.campaign_replicate import planned_rounds
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def fleet_plan(plan: Plan, devices: list[FleetDevice]) -> Plan:
     if use == "spread":
         return replace(plan, fleet=rec)
     cells = device_cells(plan.cells, [d.label for d in devices])
-    return replace(plan, cells=cells, runs=order_runs(len(cells), c.min_repeats(), c.order, c.seed), fleet=rec)
+    return replace(plan, cells=cells, runs=order_runs(len(cells), planned_rounds(c), c.order, c.seed), fleet=rec)
 
 
 def device_cells(matrix: list[Cell], labels: list[str]) -> list[Cell]:

@@ -69,8 +69,8 @@ class FleetProgress(Bars):
     def queue(self, label: str, n: int) -> None:
         self.queued[label] = n
 
-    def start(self, label: str, run_id: str, cell: str, rnd: int) -> None:
-        self.set(label, f"{run_id} {cell}, round {rnd}/{self.rounds}")
+    def start(self, label: str, run_id: str, cell: str, rnd: int, of: str | None = None) -> None:
+        self.set(label, f"{run_id} {cell}, round {rnd}/{of or self.rounds}")
 
     def end(self, label: str, run_id: str, cell: str, rec: dict) -> None:
         """One line per finished run, then the totals."""

@@ -27,6 +27,7 @@ from harness.campaigns.fleet.devices import FleetDevice, owner_of
 from harness.campaigns.fleet.progress import DeviceLine, FleetProgress
 from harness.campaigns.fleet.scheduler import Event, Member, schedule
 from harness.campaigns.provenance import device_provenance
+from harness.campaigns.replicate import by_try, round_of, try_due, wait_for_try
 from harness.campaigns.rounds import CampaignResult, closing, one_run
 from harness.campaigns.steady import Pacer, left_unrun
 from harness.campaigns.validate import Plan
@@ -163,7 +164,7 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
             if ev.kind == "start":
                 r = m.runs[ev.index]
                 queued(ev.index, -1)
-                prog.start(ev.label, r.run_id, cells[r.cell].label, r.round + 1)
+                prog.start(ev.label, r.run_id, cells[r.cell].label, *round_of(r, m.campaign, rounds))
             elif ev.kind == "done":
                 outcome, hashes = ev.result
                 r = m.runs[ev.index]
@@ -201,21 +202,34 @@ def run_fleet(plan: Plan, m: Manifest, folder: Path, members: list[FleetMember],
     waiting: dict[str, int] = {}
     for i in pending:
         queued(i, 1)
+    def show_all(text: str) -> None:  # the wait between tries, on every device's line
+        for x in labels:
+            prog.set(x, text)
+
+    left: list[str] = []
+    lost: dict[str, str] = {}
+    deferred: list[int] = []  # runs left unrun past max_deferrals (the device stayed hot)
     with closing(folder, m):
         with prog:
-            rep = schedule(pending, [member(x) for x in members],
-                           owner=(lambda i: owner[m.runs[i].cell]) if owner is not None else None,
-                           on_events=on_events, grace_s=grace_s, poll_s=poll_s, opened=dict(sessions),
-                           deferred=lambda x: isinstance(x, Deferral),
-                           max_deferrals=plan.campaign.cooldown.max_deferrals)
-        left = [m.runs[i].run_id for i in rep.not_run]
-        why = "; ".join(f"{k}: {v}" for k, v in rep.lost.items())
+            for k, part in by_try(m, pending):  # a replicating campaign: one try at a time, waits between
+                if k is not None and try_due(m, k) is not None:
+                    saver.flush(m)
+                    wait_for_try(m, k, show_all, say=lambda s: console.print(s, highlight=False))
+                rep = schedule(part, [member(x) for x in members],
+                               owner=(lambda i: owner[m.runs[i].cell]) if owner is not None else None,
+                               on_events=on_events, grace_s=grace_s, poll_s=poll_s, opened=dict(sessions),
+                               deferred=lambda x: isinstance(x, Deferral),
+                               max_deferrals=plan.campaign.cooldown.max_deferrals)
+                left += [m.runs[i].run_id for i in rep.not_run]
+                lost.update(rep.lost)
+                deferred += rep.deferred
+        why = "; ".join(f"{k}: {v}" for k, v in lost.items())
         parts = [f"{len(left)} run(s) not run" + (f" (devices lost: {why})" if why else "")] if left else []
-        hot = left_unrun(m.runs[i] for i in rep.deferred)  # "incomplete: N run(s) deferred, ..."
+        hot = left_unrun(m.runs[i] for i in deferred)  # "incomplete: N run(s) deferred, ..."
         parts += [hot.removeprefix("incomplete: ")] if hot else []
         m.status = ("complete" if all(r.finished for r in m.runs) else
                     "incomplete: " + "; ".join(parts) if parts else "running")
-    return CampaignResult.of(folder, m, skipped, n_not_run=len(left), not_run=why, deferred=rep.deferred)
+    return CampaignResult.of(folder, m, skipped, n_not_run=len(left), not_run=why, deferred=deferred)
 
 
 def _describe(m: Manifest, label: str, s: TargetSession | None) -> bool:

@@ -36,6 +36,7 @@ from harness.campaigns.shard import Shard, shard_plan
 from harness.campaigns.validate import Plan
 from harness.errors import ResourceError, UserError
 from harness.formats.campaign_fleet import parse_server
+from harness.formats.campaign_replicate import tries_text
 from harness.formats.manifest import Manifest, load_manifest, plan_hash
 from harness.targets.base import Target
 
@@ -154,7 +155,8 @@ def run_fleet_campaign(plan: Plan, kit: Kit, *, root: Path, console: Console, fr
                 lock = store.lock_folder(folder)
                 state.update(folder=folder, m=m)
                 n = len(plan.cells) // (len(devices) if use_of(plan) == "compare" else 1)
-                console.print(f"campaign {c.name}: {n} cells x {rec.repeats} repeats, {use_of(plan)} on "
+                console.print(f"campaign {c.name}: {n} cells x {rec.repeats} repeats"
+                              f"{f' ({tries_text(rec.replicate)})' if rec.replicate else ''}, {use_of(plan)} on "
                               f"{len(devices)} devices = {len(plan.runs)} runs -> {folder}"
                               f"{' (removed a half-made start: ' + ', '.join(stale) + ')' if stale else ''}",
                               highlight=False)
