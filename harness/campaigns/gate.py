@@ -1,7 +1,8 @@
 """The cooldown gate before each run and the device-state sampler during it.
 
 `wait_for_gate` polls Target.sample_state until the CPU is cool enough and MemAvailable high enough, or
-the longest wait has passed (then it gives up and says so; the run still happens, and the report warns).
+the longest wait has passed (then it gives up and says so; the run still happens, and the report warns, or with
+`on_timeout: defer` it is deferred: harness.campaigns.steady). It sleeps in steps of STEP_S, checking for a stop.
 `StateSampler` records one sample about every second in a thread while the engine runs."""
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness import interrupts
 from harness.campaigns.schema import Cooldown
+
+STEP_S = 0.25  # the longest sleep between two checks for a stop while the gate waits
 
 
 @dataclass
@@ -56,7 +60,7 @@ def blocking(sample: dict, cd: Cooldown) -> tuple[list[str], list[str]]:
 
 def wait_for_gate(sample_state: Callable[[], dict], cd: Cooldown, *, clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep,
-                  on_wait: Callable[[str], None] | None = None) -> GateResult:
+                  on_wait: Callable[[str], None] | None = None, step_s: float = STEP_S) -> GateResult:
     t0 = clock()
     first_reason: str | None = None
     while True:
@@ -72,9 +76,14 @@ def wait_for_gate(sample_state: Callable[[], dict], cd: Cooldown, *, clock: Call
         first_reason = first_reason or "; ".join(bad)
         if waited >= cd.max_wait_s:
             return GateResult(waited, True, f"gave up after {waited:.0f} s: " + "; ".join(bad), s, unknown)
-        if on_wait is not None:
-            on_wait("; ".join(bad))
-        sleep(min(cd.poll_s, max(0.0, cd.max_wait_s - waited)) or cd.poll_s)
+        pause = min(cd.poll_s, max(0.0, cd.max_wait_s - waited)) or cd.poll_s
+        while pause > 0:  # in steps, each a chance to stop: a lab's poll_s of 10 s must not hold up Ctrl-C
+            if on_wait is not None:
+                on_wait("; ".join(bad))  # a fleet's device line raises KeyboardInterrupt once the campaign stops
+            interrupts.check()
+            step = min(step_s, pause)
+            sleep(step)
+            pause -= step
 
 
 class StateSampler:

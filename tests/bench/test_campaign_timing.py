@@ -59,8 +59,38 @@ def test_gate_last_poll_is_cut_to_the_longest_wait():
         clock.sleep(s)
 
     g = wait_for_gate(lambda: {"cpu_temp_c": 90.0}, Cooldown(cpu_temp_max_c=60, max_wait_s=25, poll_s=10),
-                      clock=clock, sleep=sleep)
+                      clock=clock, sleep=sleep, step_s=100)
     assert waits == [10, 10, 5] and g.gave_up and g.waited_s == 25
+
+
+def test_gate_sleeps_in_steps_and_a_stop_ends_a_long_poll_at_once():
+    clock = FakeClock()
+    waits: list[float] = []
+    reads = []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        clock.sleep(s)
+
+    g = wait_for_gate(lambda: reads.append(1) or {"cpu_temp_c": 90.0},
+                      Cooldown(cpu_temp_max_c=60, max_wait_s=20, poll_s=10), clock=clock, sleep=sleep, step_s=0.25)
+    assert g.gave_up and g.waited_s == 20 and len(reads) == 3  # still one read per poll_s
+    assert set(waits) == {0.25} and len(waits) == 80
+
+    def stop_after(n: int):  # a fleet's device line: raises once the campaign is stopped
+        calls = []
+
+        def on_wait(_reason: str) -> None:
+            calls.append(1)
+            if len(calls) > n:
+                raise KeyboardInterrupt
+        return on_wait
+
+    clock = FakeClock()
+    with pytest.raises(KeyboardInterrupt):
+        wait_for_gate(lambda: {"cpu_temp_c": 90.0}, Cooldown(cpu_temp_max_c=60, max_wait_s=900, poll_s=10),
+                      clock=clock, sleep=clock.sleep, on_wait=stop_after(2), step_s=0.25)
+    assert clock.t == 0.5  # stopped two steps into a 10 s poll, not at its end
 
 
 def test_gate_reports_what_it_cannot_check():
