@@ -25,7 +25,7 @@ from harness.campaigns.gate import StateSampler, wait_for_gate
 from harness.campaigns.progress import RunProgress
 from harness.campaigns.provenance import model_mismatch, model_sha256
 from harness.campaigns.questions import take_replies
-from harness.campaigns.replicate import round_of, try_due, wait_for_try
+from harness.campaigns.replicate import by_try, round_of, try_due, wait_for_try
 from harness.campaigns.steady import DeferQueue, Pacer, deferral, left_unrun
 from harness.campaigns.traces import take_traces, trace_outputs
 from harness.campaigns.validate import Plan, engine_argv_tail
@@ -100,30 +100,34 @@ def run_all(plan: Plan, m: Manifest, folder: Path, target: Target, res: Resolved
         ensure_reference(plan, m, folder, target, res, console)  # a fidelity campaign's reference, once
         with prog:
             while True:
-                queue = DeferQueue([i for i, r in enumerate(m.runs) if not r.finished], cd.max_deferrals)
-                while (i := queue.take()) is not None:
-                    r = m.runs[i]
-                    if try_due(m, r.try_index) is not None:  # the first run of a try: the wait before it
-                        saver.flush(m)
-                        wait_for_try(m, r.try_index, prog.note, say=lambda s: console.print(s, highlight=False))
-                    cell = plan.cells[r.cell]
-                    rnd, of = round_of(r, m.campaign, rounds)
-                    prog.start_run(r.run_id, cell.label, rnd, of, cell.index)
-                    done = one_run(plan, r, folder, target, res, prog,
-                                   m.provenance.model_sha256 if m.provenance else None, m, pacer)
-                    if isinstance(done, Deferral):
-                        m.runs[i] = r.defer(done)
+                left: list[int] = []  # runs deferred past their budget: left unrun
+                pending = [i for i, r in enumerate(m.runs) if not r.finished]
+                for _try, part in by_try(m, pending):  # a deferred run goes to the end of its own try
+                    queue = DeferQueue(part, cd.max_deferrals)
+                    while (i := queue.take()) is not None:
+                        r = m.runs[i]
+                        if try_due(m, r.try_index) is not None:  # the first run of a try: the wait before it
+                            saver.flush(m)
+                            wait_for_try(m, r.try_index, prog.note, say=lambda s: console.print(s, highlight=False))
+                        cell = plan.cells[r.cell]
+                        rnd, of = round_of(r, m.campaign, rounds)
+                        prog.start_run(r.run_id, cell.label, rnd, of, cell.index)
+                        done = one_run(plan, r, folder, target, res, prog,
+                                       m.provenance.model_sha256 if m.provenance else None, m, pacer)
+                        if isinstance(done, Deferral):
+                            m.runs[i] = r.defer(done)
+                            saver.save(m)
+                            prog.deferred(r.run_id, cell.label, done.reason, queue.defer(i))
+                            continue
+                        outcome, hashes = done
+                        m.runs[i] = r.finish(outcome, hashes)
                         saver.save(m)
-                        prog.deferred(r.run_id, cell.label, done.reason, queue.defer(i))
-                        continue
-                    outcome, hashes = done
-                    m.runs[i] = r.finish(outcome, hashes)
-                    saver.save(m)
-                    prog.end_run(r.run_id, cell.label, outcome.dump())
-                if queue.left or p is None or not _add_round(plan, m, folder, prog):
+                        prog.end_run(r.run_id, cell.label, outcome.dump())
+                    left += queue.left
+                if left or p is None or not _add_round(plan, m, folder, prog):
                     break
         m.status = "complete" if all(r.finished for r in m.runs) else (left_unrun(m.runs) or "running")
-    return CampaignResult.of(folder, m, skipped, deferred=queue.left)
+    return CampaignResult.of(folder, m, skipped, deferred=left)
 
 
 def _add_round(plan: Plan, m: Manifest, folder: Path, prog: RunProgress) -> bool:

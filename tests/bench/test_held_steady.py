@@ -241,6 +241,20 @@ def test_a_strict_target_leaves_a_hot_devices_runs_unrun_and_run_again_runs_them
     assert check_folder(res.folder).ok, check_folder(res.folder).problems
 
 
+def test_with_replicate_a_deferred_run_goes_to_the_end_of_its_own_try(tmp_path):
+    """A strict target and replication together: a run deferred in try 1 is tried again before try 2 begins, never
+    after a later try's runs (the tries stay separate passes)."""
+    prof = DeviceProfile.create(tmp_path / "p", PHONE)
+    prof.heat(88.5)
+    p = _campaign(tmp_path, extra="replicate: {tries: 2, within_pct: 5, wait_s: 0}\n")
+    res = run_campaign(p, root=tmp_path / "bd", console=quiet(), target=ProfiledLocal(prof))
+    assert (res.n_ok, res.n_deferred) == (0, 4)
+    m = load_manifest(res.folder)
+    at = {k: [d.at for r in m.runs if r.try_index == k for d in r.deferrals] for k in (0, 1)}
+    assert len(at[0]) == len(at[1]) == 4  # each run tried, deferred, tried again, left
+    assert max(at[0]) < min(at[1])  # every deferral of try 1 before any of try 2
+
+
 def test_a_deferred_run_goes_to_the_end_of_the_queue_and_runs_once_the_device_cooled(tmp_path):
     prof = DeviceProfile.create(tmp_path / "p", PHONE)
     # the first run heats the device; the next gate reads it hot once (max_wait_s 0: gives up at once), then it
