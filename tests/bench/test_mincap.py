@@ -82,6 +82,17 @@ def _kinds() -> dict:
     return breakdown(parse_smaps(Path("/proc/self/smaps").read_text()))
 
 
+def _thp_size() -> int:
+    """The size a page fault may map in an anonymous mapping: the PMD huge page when THP is not off, else 4 KiB."""
+    d = Path("/sys/kernel/mm/transparent_hugepage")
+    try:
+        if "[never]" in (d / "enabled").read_text():
+            return 4096
+        return int((d / "hpage_pmd_size").read_text())
+    except (OSError, ValueError):
+        return 4096
+
+
 def test_breakdown_of_this_process_sees_a_noreserve_mapping_and_a_thread_arena():
     before = _kinds()
     res = Reservation(16 * MIB, 0)  # the engine's own expert reservation
@@ -109,7 +120,15 @@ def test_breakdown_of_this_process_sees_a_noreserve_mapping_and_a_thread_arena()
     base = res.data
     mine = [(v, k) for v, k in zip(vmas, kinds(vmas), strict=True) if v.start < base + 16 * MIB and v.end > base]
     assert mine and {k for _, k in mine} == {"anonymous MAP_NORESERVE"}, mine
-    assert 4 * MIB <= sum(v.fields.get("Rss", 0) for v, _ in mine) < 5 * MIB
+    # 4 MiB touched. Resident: at most up to the end of the transparent huge page the touched range ends in (where
+    # THP may map a whole 2 MiB page), plus, when the kernel merged the reservation with an adjacent mapping of the
+    # same flags (another thread's arena heap beside it), that neighbour's part outside the reservation. A loaded
+    # suite saw 5.47 MiB against the bound of 5 MiB this test had before
+    huge = _thp_size()
+    outside = sum(v.end - v.start for v, _ in mine) - 16 * MIB
+    assert outside >= 0
+    rss = sum(v.fields.get("Rss", 0) for v, _ in mine)
+    assert 4 * MIB <= rss <= -(-(base + 4 * MIB) // huge) * huge - base + outside, (rss, base % huge, outside)
     assert after["anonymous MAP_NORESERVE"].rss - before["anonymous MAP_NORESERVE"].rss >= 4 * MIB
     arena = after["malloc thread arenas"].rss - before["malloc thread arenas"].rss
     assert arena >= 4 * MIB  # 128 x 64 KiB written (an arena reused from an earlier thread may have had room)

@@ -65,13 +65,19 @@ def test_a_cut_connection_resumes_where_it_was_cut_and_reads_no_byte_twice(hub: 
 def test_ctrl_c_then_the_next_pull_resumes_from_the_partial_file(hub: Hub, hf_env: Path, repo_dir: Path):
     name = "tiny-Q8_0.gguf"
     size = (repo_dir / name).stat().st_size
-    hub.throttle = 0.02  # 64 KiB per 20 ms: a download that lasts a few seconds
+    hub.throttle = 0.02  # 64 KiB per 20 ms
+    # and the link stalls after 4 MiB until the test releases it: however slow the machine, the Ctrl-C comes while
+    # the download is under way (a throttle alone let a busy machine finish it first)
+    hub.on_bytes = (name, 4 << 20, lambda: hub.release.wait(120))
     a = subprocess.Popen([sys.executable, "-m", "harness.engine.cli", "pull", f"{REPO}:Q8_0"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    part = wait_for(lambda: next((b for b in blobs(hf_env) if b.name.endswith(".incomplete")
-                                  and b.stat().st_size > 1 << 20), None), timeout=60)
-    a.send_signal(signal.SIGINT)
-    out, err = a.communicate(timeout=30)
+    try:
+        part = wait_for(lambda: next((b for b in blobs(hf_env) if b.name.endswith(".incomplete")
+                                      and b.stat().st_size > 1 << 20), None), timeout=60)
+        a.send_signal(signal.SIGINT)
+        out, err = a.communicate(timeout=30)
+    finally:
+        hub.release.set()
     assert a.returncode == 130 and err.strip() == "bmoe: error: interrupted", err
     assert part.exists() and snapshot_entries(hf_env) == []  # kept to resume; nothing looks like a model
     have = part.stat().st_size
