@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,20 +69,32 @@ def test_ctrl_c_then_the_next_pull_resumes_from_the_partial_file(hub: Hub, hf_en
     hub.throttle = 0.02  # 64 KiB per 20 ms
     # and the link stalls after 4 MiB until the test releases it: however slow the machine, the Ctrl-C comes while
     # the download is under way (a throttle alone let a busy machine finish it first)
-    hub.on_bytes = (name, 4 << 20, lambda: hub.release.wait(120))
+    stalled, go_on = threading.Event(), threading.Event()
+
+    def stall() -> None:
+        stalled.set()
+        go_on.wait(120)
+
+    hub.on_bytes = (name, 4 << 20, stall)
+    # SIGINT as a terminal delivers it: to a process that has Ctrl-C's default disposition (a suite started in the
+    # background by a script inherits SIGINT ignored, and the engine rightly keeps an ignored SIGINT ignored)
     a = subprocess.Popen([sys.executable, "-m", "harness.engine.cli", "pull", f"{REPO}:Q8_0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
+        assert stalled.wait(60), "the download never reached 4 MiB"
         part = wait_for(lambda: next((b for b in blobs(hf_env) if b.name.endswith(".incomplete")
                                       and b.stat().st_size > 1 << 20), None), timeout=60)
         a.send_signal(signal.SIGINT)
         out, err = a.communicate(timeout=30)
     finally:
-        hub.release.set()
+        go_on.set()
     assert a.returncode == 130 and err.strip() == "bmoe: error: interrupted", err
     assert part.exists() and snapshot_entries(hf_env) == []  # kept to resume; nothing looks like a model
     have = part.stat().st_size
     hub.throttle = 0
+    # the stalled GET is logged when its handler ends, after the release: wait for it before counting the resume's
+    wait_for(lambda: any(e.method == "GET" and e.server == "cdn" for e in hub.log), timeout=60)
     t0 = len(hub.log)
     p = bmoe("pull", f"{REPO}:Q8_0")
     assert p.returncode == 0, p.stderr
