@@ -68,7 +68,7 @@ def test_ctrl_c_then_the_next_pull_resumes_from_the_partial_file(hub: Hub, hf_en
     size = (repo_dir / name).stat().st_size
     hub.throttle = 0.02  # 64 KiB per 20 ms
     # and the link stalls after 4 MiB until the test releases it: however slow the machine, the Ctrl-C comes while
-    # the download is under way (a throttle alone let a busy machine finish it first)
+    # the download is under way
     stalled, go_on = threading.Event(), threading.Event()
 
     def stall() -> None:
