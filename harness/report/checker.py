@@ -14,6 +14,8 @@
 - each device-preparation journal (prepared/) readable; one left unrestored is a note naming `devices --restore`;
 - a campaign with `replicate:`: its headline comparison replicated over every try (harness.report.replication;
   replicated is a note, not replicated or incomplete a problem);
+- each streamed run's O_DIRECT as its engine reports it agrees with the storage probe of its device
+  (harness.report.check_odirect);
 - raw files intact (their sha256 in the manifest); a finished run without its sha256 in a manifest from v2 on
   is a problem (the entry was removed); runs from before file hashes (manifest v1) pass as legacy, with a
   note naming the migration.
@@ -45,6 +47,7 @@ from harness.formats.manifest import (
 )
 from harness.report.audit import audit
 from harness.report.check_devices import check_devices, gaps, several
+from harness.report.check_odirect import check_odirect
 from harness.report.collect import CampaignData, load_campaign_data
 from harness.report.prepared_md import journal_states
 from harness.report.replicate_stats import REPLICATED
@@ -249,7 +252,9 @@ def check_folder(folder: Path | str) -> CheckResult:
               f"puts it back" for serial, state in states if state != "restored"]
     rep, rep_notes = _replication(data)
     notes += rep_notes
-    found = [*audit(data).violations(), *_runs(data), *prov, *prec, *rep, *unreadable]
+    odirect, odirect_notes = check_odirect(data)
+    notes += odirect_notes
+    found = [*audit(data).violations(), *_runs(data), *prov, *prec, *rep, *odirect, *unreadable]
     res.problems, acked = _acknowledge(found, [*model_hashes, *hashes], read_acknowledged(folder))
     res.notes = notes + acked
     return res
