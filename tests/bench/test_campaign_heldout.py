@@ -14,27 +14,11 @@ import pytest
 from harness.campaigns.fidelity import MAX_TEXT_BYTES, against_argv_tail, plan_scoring, ref_argv_tail
 from harness.campaigns.runner import plan_record
 from harness.campaigns.validate import plan_campaign
+from tests.helpers.campaign import FIDELITY_GOOD as GOOD
+from tests.helpers.campaign import FIDELITY_TEXT as TEXT
 from tests.helpers.campaign import errors, write
 
 REPO = Path(__file__).resolve().parents[2]
-TEXT = "The quick brown fox jumps over the lazy dog, and then it runs away into the woods. " * 6
-GOOD = f"""\
-name: f
-model: {{recipe: {{n_layer: 2, n_expert: 8, n_expert_used: 4}}}}
-target: local
-flags: {{-t: 1, --moe-stream: true, --cache-mb: 4, --n-expert-used: 4, --drop-cold-experts: 0,
-        --cache-policy: aged-markov}}
-axes:
-  - {{flag: --n-expert-used, values: [4, 2]}}
-  - {{flag: --drop-cold-experts, values: [0, 1.0]}}
-  - {{flag: --cache-policy, values: [aged-markov, lru]}}
-repeats: 1
-tokens: 4
-fidelity:
-  text: "{TEXT}"
-  ctx: 32
-  chunks: 4
-"""
 DECODE = GOOD.replace("  chunks: 4\n", "  chunks: 2\n  cells: all\n  decode: true\n")
 
 

@@ -6,42 +6,25 @@ findings.md; the fixed cool-down between runs is recorded. Run by tests/adbd/run
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from harness.formats.manifest import load_manifest
 from harness.report.checker import check_folder
-from tests.helpers.device_profile import PHONE, DeviceProfile, start_device
+from tests.helpers.device_profile import PHONE, DeviceProfile
 from tests.helpers.runner import BENCH
+from tests.helpers.sh_engine import PROGRESS, adb_campaign, sh_engine
 
 pytestmark = [pytest.mark.adb]
-
-_ports = itertools.count(15681)  # clear of test_adb, the fleet lab and test_device_profile (15601...)
 
 # a POSIX sh engine: writes a bmoe_metrics v2 CSV where --csv says and BMOE_PROGRESS lines; `--throttle S` makes
 # the device throttle while it runs, as a thermal governor would: policy7's scaling_max_freq at half its maximum and
 # the thermal HAL's status SEVERE (3, what `dumpsys thermalservice` shows) for S seconds, then both back
-ENGINE = r"""#!/bin/sh
-n=6; ms=100; csv=""; m=""; hold=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -m) m="$2"; shift 2;;
-    -n) n="$2"; shift 2;;
-    -p) shift 2;;
-    --csv) csv="$2"; shift 2;;
-    --throttle) hold="$2"; shift 2;;
-    --version) echo "sh-engine 1"; exit 0;;
-    *) shift;;
-  esac
-done
-[ -f "$m" ] || { echo "sh-engine: no model at $m" >&2; exit 2; }
-if [ "$hold" != 0 ]; then
+_THROTTLE = r"""if [ "$hold" != 0 ]; then
   d=/sys/devices/system/cpu/cpufreq/policy7
   st="$(dirname "$(command -v dumpsys)")/../../state/thermal"
   echo $(( $(cat $d/cpuinfo_max_freq) / 2 )) > $d/scaling_max_freq
@@ -50,39 +33,12 @@ if [ "$hold" != 0 ]; then
   cat $d/cpuinfo_max_freq > $d/scaling_max_freq
   echo 0 > "$st/hal_status"
 fi
-{
-  echo "# bmoe_metrics v2"; echo "# engine_version=sh-engine 1"; echo "# ms=$ms"
-  echo "step,steps,wall_ms,read_bytes"
-  i=0; while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "$i,$n,$ms,1048576"; done
-  echo "# summary tokens=$n"
-} > "$csv.part"
-mv "$csv.part" "$csv"
-i=0
-while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "BMOE_PROGRESS {\"step\": $i, \"steps\": $n, \"wall_ms\": $ms}"; done
 """
-
-
-@pytest.fixture
-def phone(tmp_path):
-    if not os.environ.get("BMOE_TEST_ADBD"):
-        pytest.skip("needs BMOE_TEST_ADBD (set by tests/adbd/run-adb-tests.sh)")
-    dev = start_device(DeviceProfile.create(tmp_path / "phone", PHONE), next(_ports), data_mb=256)  # room to stage
-    yield dev
-    dev.stop()
+ENGINE = sh_engine('n=6; ms=100; csv=""; m=""; hold=0', ('--throttle) hold="$2"; shift 2;;',), _THROTTLE, PROGRESS)
 
 
 def _campaign(tmp_path: Path, serial: str, cooldown: str, axis: str) -> Path:
-    eng = tmp_path / "sh-engine"
-    eng.write_text(ENGINE)
-    eng.chmod(0o755)
-    model = tmp_path / "model.gguf"
-    model.write_bytes(os.urandom(8192))
-    p = tmp_path / "steady.yaml"
-    p.write_text(textwrap.dedent(f"""\
-        name: steady
-        model: {{push_from: {model}}}
-        target: {{kind: adb, serial: "{serial}"}}
-        engine: {{kind: external, push_from: {eng}}}
+    return adb_campaign(tmp_path, ENGINE, name="steady", serial=serial, file="steady.yaml", keys=f"""\
         repeats: 1
         tokens: 6
         warmup_tokens: 1
@@ -90,8 +46,7 @@ def _campaign(tmp_path: Path, serial: str, cooldown: str, axis: str) -> Path:
         timeout_s: 120
         axes:
           - {axis}
-        """))
-    return p
+        """)
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:

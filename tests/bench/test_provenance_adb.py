@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import textwrap
 from io import StringIO
 
 import pytest
@@ -17,6 +16,7 @@ from harness.campaigns.provenance import cache_path, device_fingerprint, model_s
 from harness.campaigns.runner import run_campaign
 from harness.formats.manifest import load_manifest
 from harness.report.checker import check_folder
+from tests.helpers.sh_engine import adb_campaign
 
 SERIAL = os.environ.get("BMOE_ADB_TEST_SERIAL")
 pytestmark = [
@@ -61,25 +61,16 @@ def test_the_device_hashes_its_own_copy_once(tmp_path, monkeypatch):
 
 def test_a_campaign_over_adb_records_provenance(tmp_path, monkeypatch):
     monkeypatch.setenv("BMOE_HASH_CACHE", str(tmp_path / "hashes.json"))
-    eng = tmp_path / "sh-engine"
-    eng.write_text(ENGINE)
-    eng.chmod(0o755)
-    model = tmp_path / "model.gguf"
-    model.write_bytes(os.urandom(8192))
-    p = tmp_path / "a.yaml"
-    p.write_text(textwrap.dedent(f"""\
-        name: adbprov
-        model: {{push_from: {model}}}
-        target: {{kind: adb, serial: "{SERIAL}"}}
-        engine: {{kind: external, push_from: {eng}}}
+    p = adb_campaign(tmp_path, ENGINE, name="adbprov", serial=SERIAL, keys="""\
         repeats: 1
         tokens: 4
         warmup_tokens: 0
-        cooldown: {{mem_available_min_mib: 64, max_wait_s: 5}}
+        cooldown: {mem_available_min_mib: 64, max_wait_s: 5}
         timeout_s: 60
         axes:
-          - {{flag: --x, values: [1]}}
-        """))
+          - {flag: --x, values: [1]}
+        """)
+    eng, model = tmp_path / "sh-engine", tmp_path / "model.gguf"
     res = run_campaign(p, root=tmp_path / "bd", console=Console(file=StringIO()))
     assert res.n_failed == 0
     m = load_manifest(res.folder)

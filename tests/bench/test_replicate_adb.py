@@ -7,11 +7,8 @@ tests/adbd/run-adb-tests.sh; skipped elsewhere."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import subprocess
-import textwrap
 import threading
 from pathlib import Path
 
@@ -19,65 +16,24 @@ import pytest
 
 from harness.formats.manifest import load_manifest
 from harness.report.checker import check_folder
-from tests.helpers.device_profile import PHONE, DeviceProfile, start_device
 from tests.helpers.runner import BENCH, wait_for
+from tests.helpers.sh_engine import adb_campaign, sh_engine
 
 pytestmark = [pytest.mark.adb]
 
-_ports = itertools.count(15701)  # clear of test_held_steady_adb (15681...), the fleet lab and test_device_profile
-
 # writes a bmoe_metrics v2 CSV where --csv says: 6 tokens of 100 ms, or with --scaled 1 of
 # 100 ms x cpuinfo_max_freq / scaling_max_freq of policy7 (200 ms when the phone caps it at half)
-ENGINE = r"""#!/bin/sh
-n=6; scaled=0; csv=""; m=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -m) m="$2"; shift 2;;
-    -n) n="$2"; shift 2;;
-    -p) shift 2;;
-    --csv) csv="$2"; shift 2;;
-    --scaled) scaled="$2"; shift 2;;
-    --version) echo "sh-engine 1"; exit 0;;
-    *) shift;;
-  esac
-done
-[ -f "$m" ] || { echo "sh-engine: no model at $m" >&2; exit 2; }
-ms=100
+_SCALED = r"""ms=100
 if [ "$scaled" != 0 ]; then
   d=/sys/devices/system/cpu/cpufreq/policy7
   ms=$(( 100 * $(cat $d/cpuinfo_max_freq) / $(cat $d/scaling_max_freq) ))
 fi
-{
-  echo "# bmoe_metrics v2"; echo "# engine_version=sh-engine 1"; echo "# ms=$ms"
-  echo "step,steps,wall_ms,read_bytes"
-  i=0; while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "$i,$n,$ms,1048576"; done
-  echo "# summary tokens=$n"
-} > "$csv.part"
-mv "$csv.part" "$csv"
 """
-
-
-@pytest.fixture
-def phone(tmp_path):
-    if not os.environ.get("BMOE_TEST_ADBD"):
-        pytest.skip("needs BMOE_TEST_ADBD (set by tests/adbd/run-adb-tests.sh)")
-    dev = start_device(DeviceProfile.create(tmp_path / "phone", PHONE), next(_ports), data_mb=256)
-    yield dev
-    dev.stop()
+ENGINE = sh_engine('n=6; scaled=0; csv=""; m=""', ('--scaled) scaled="$2"; shift 2;;',), _SCALED)
 
 
 def _campaign(tmp_path: Path, serial: str, wait_s: int) -> Path:
-    eng = tmp_path / "sh-engine"
-    eng.write_text(ENGINE)
-    eng.chmod(0o755)
-    model = tmp_path / "model.gguf"
-    model.write_bytes(os.urandom(8192))
-    p = tmp_path / "rep.yaml"
-    p.write_text(textwrap.dedent(f"""\
-        name: rep
-        model: {{push_from: {model}}}
-        target: {{kind: adb, serial: "{serial}"}}
-        engine: {{kind: external, push_from: {eng}}}
+    return adb_campaign(tmp_path, ENGINE, name="rep", serial=serial, file="rep.yaml", keys=f"""\
         repeats: 2
         tokens: 6
         warmup_tokens: 1
@@ -85,8 +41,7 @@ def _campaign(tmp_path: Path, serial: str, wait_s: int) -> Path:
         axes:
           - {{flag: --scaled, values: [1]}}
         replicate: {{tries: 3, within_pct: 5, wait_s: {wait_s}}}
-        """))
-    return p
+        """)
 
 
 def _run(p: Path, out: Path) -> tuple[subprocess.CompletedProcess, Path]:

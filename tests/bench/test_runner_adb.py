@@ -4,8 +4,6 @@ CSVs pulled, a failing cell recorded, the report written from what came back."""
 
 from __future__ import annotations
 
-import os
-import textwrap
 from io import StringIO
 
 import pytest
@@ -16,6 +14,7 @@ from harness.formats.manifest import load_manifest, raw_file_changes
 from harness.formats.metrics_csv import read_metrics
 from harness.report.build import check_report, write_report
 from tests.helpers.adbd import SERIAL
+from tests.helpers.sh_engine import PROGRESS, adb_campaign, sh_engine
 
 pytestmark = [
     pytest.mark.adb,
@@ -24,53 +23,20 @@ pytestmark = [
 # a POSIX sh engine: parses the harness's flags, writes a bmoe_metrics v2 CSV where --csv says, prints
 # BMOE_PROGRESS lines, ends the CSV with its # summary line;
 # --slow doubles the per-token time; --fail exits 3 with one stderr line
-ENGINE = r"""#!/bin/sh
-n=4; ms=100; csv=""; m=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -m) m="$2"; shift 2;;
-    -n) n="$2"; shift 2;;
-    -p) shift 2;;
-    --csv) csv="$2"; shift 2;;
-    --slow) ms=200; shift;;
-    --fail) echo "sh-engine: failing on purpose" >&2; exit 3;;
-    --version) echo "sh-engine 1"; exit 0;;
-    *) shift;;
-  esac
-done
-[ -f "$m" ] || { echo "sh-engine: no model at $m" >&2; exit 2; }
-{
-  echo "# bmoe_metrics v2"; echo "# engine_version=sh-engine 1"; echo "# ms=$ms"
-  echo "step,steps,wall_ms,read_bytes"
-  i=0; while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "$i,$n,$ms,1048576"; done
-  echo "# summary tokens=$n"
-} > "$csv.part"
-mv "$csv.part" "$csv"
-i=0
-while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "BMOE_PROGRESS {\"step\": $i, \"steps\": $n, \"wall_ms\": $ms}"; done
-"""
+ENGINE = sh_engine('n=4; ms=100; csv=""; m=""', (
+    '--slow) ms=200; shift;;', '--fail) echo "sh-engine: failing on purpose" >&2; exit 3;;'), after=PROGRESS)
 
 
 def test_campaign_over_adb(tmp_path):
-    eng = tmp_path / "sh-engine"
-    eng.write_text(ENGINE)
-    eng.chmod(0o755)
-    model = tmp_path / "model.gguf"
-    model.write_bytes(os.urandom(8192))
-    p = tmp_path / "a.yaml"
-    p.write_text(textwrap.dedent(f"""\
-        name: adbtest
-        model: {{push_from: {model}}}
-        target: {{kind: adb, serial: "{SERIAL}"}}
-        engine: {{kind: external, push_from: {eng}}}
+    p = adb_campaign(tmp_path, ENGINE, name="adbtest", serial=SERIAL, keys="""\
         repeats: 2
         tokens: 4
-        cooldown: {{cpu_temp_max_c: 90, mem_available_min_mib: 64, max_wait_s: 5}}
+        cooldown: {cpu_temp_max_c: 90, mem_available_min_mib: 64, max_wait_s: 5}
         timeout_s: 60
         axes:
-          - {{flag: --slow, values: [true]}}
-          - {{flag: --fail, values: [true]}}
-        """))
+          - {flag: --slow, values: [true]}
+          - {flag: --fail, values: [true]}
+        """)
     res = run_campaign(p, root=tmp_path / "bd", console=Console(file=StringIO()))
     assert (res.n_ok, res.n_failed) == (4, 2)
     m = load_manifest(res.folder)

@@ -15,33 +15,16 @@ import subprocess
 import time
 from pathlib import Path
 
-ENGINE = r"""#!/bin/sh
-n=4; ms=100; csv=""; m=""; pause=0.3
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -m) m="$2"; shift 2;;
-    -n) n="$2"; shift 2;;
-    -p) shift 2;;
-    --csv) csv="$2"; shift 2;;
-    --ms) ms="$2"; shift 2;;
-    --sleep) pause="$2"; shift 2;;
-    --version) echo "sh-engine 1"; exit 0;;
-    *) shift;;
-  esac
-done
-[ -f "$m" ] || { echo "sh-engine: no model at $m" >&2; exit 2; }
-i=0
+from tests.helpers import sh_engine
+
+# a progress line per token, each after --sleep seconds, before the CSV: a device lost mid-run leaves none
+_SLOW_PROGRESS = r"""i=0
 while [ "$i" -lt "$n" ]; do
   i=$((i + 1)); sleep "$pause"; echo "BMOE_PROGRESS {\"step\": $i, \"steps\": $n, \"wall_ms\": $ms}"
 done
-{
-  echo "# bmoe_metrics v2"; echo "# engine_version=sh-engine 1"; echo "# ms=$ms"
-  echo "step,steps,wall_ms,read_bytes"
-  i=0; while [ "$i" -lt "$n" ]; do i=$((i + 1)); echo "$i,$n,$ms,1048576"; done
-  echo "# summary tokens=$n"
-} > "$csv.part"
-mv "$csv.part" "$csv"
 """
+ENGINE = sh_engine.sh_engine('n=4; ms=100; csv=""; m=""; pause=0.3',
+                             ('--ms) ms="$2"; shift 2;;', '--sleep) pause="$2"; shift 2;;'), _SLOW_PROGRESS)
 
 # each device: its own mount namespace and a private tmpfs on /data (the engine's files live there)
 _DEVICE = ('mount -t tmpfs -o size=128m,mode=0755 bmoe-fleet-data /data && mkdir -p /data/local/tmp && '
@@ -137,7 +120,4 @@ class Lab:
 
 
 def write_engine(d: Path) -> Path:
-    p = d / "sh-engine"
-    p.write_text(ENGINE)
-    p.chmod(0o755)
-    return p
+    return sh_engine.write_engine(d, ENGINE)
