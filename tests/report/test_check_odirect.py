@@ -63,7 +63,7 @@ def test_the_engine_claiming_o_direct_where_the_probe_found_it_refused_is_a_prob
     found = [p for p in check_folder(folder).problems if "O_DIRECT" in p]
     want = streamed(folder, "lo-b1")
     assert len(found) == len(want) == 3
-    for rid, line in zip(want, found):
+    for rid, line in zip(want, found, strict=True):
         assert line.startswith(f"run {rid}: the engine says O_DIRECT took effect") and "device lo-b1" in line
         assert "one of the two is wrong" in line
 
