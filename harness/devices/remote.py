@@ -118,7 +118,7 @@ class RemoteShell(ABC):
         readings (None/empty) and an "error" key with the reason."""
         t = time.time()
         try:
-            _, out, _ = self.shell(script(devstate.STATE_SCRIPT), timeout=10.0)
+            _, out, _ = self.shell(script(devstate.STATE_SCRIPT))  # bounded by the command's or campaign's limit
         except self.gone as e:
             s = devstate.parse_state_dump("", t=t)
             s["error"] = f"device gone: {e}"
@@ -245,9 +245,9 @@ class RemoteShell(ABC):
         notes, left = [], []
         for pidfile in self._orphans:
             try:
-                code, out, _ = self.shell(sh_join(["sh", "-c", REAP, "reap", pidfile]), timeout=10.0)
+                code, out, _ = self.shell(sh_join(["sh", "-c", REAP, "reap", pidfile]))
                 if self.exit_files:
-                    self.shell(sh_join(["rm", "-f", f"{pidfile}.exit"]), timeout=10.0)
+                    self.shell(sh_join(["rm", "-f", f"{pidfile}.exit"]))
             except self.gone:
                 left.append(pidfile)
                 continue

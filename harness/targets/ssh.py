@@ -138,7 +138,7 @@ class SshTarget(RemoteTarget):
             pid = self.link.read_pid(pidfile)
         if code == SSH_FAILED and not host_timeout:  # the connection failed, or the engine exited 255
             try:
-                ec, out, _ = self.link.shell(sh_join(["cat", exitfile]), timeout=20.0)
+                ec, out, _ = self.link.shell(sh_join(["cat", exitfile]))
             except LinkGone as e:
                 self.link.lose(pidfile)
                 return ShellRun(None, wall, pid, gone=str(e), stderr_tail=tail)

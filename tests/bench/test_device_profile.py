@@ -10,11 +10,13 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from harness.devices import state as devstate
+from harness.devices.timeouts import BOUND, command_limits
 from harness.targets.adb import AdbTarget
 from tests.helpers.device_profile import PHONE, PHONE_B, DeviceProfile, ProfiledDevice, start_device
 
@@ -295,3 +297,24 @@ def test_a_fleet_lab_device_keeps_its_profile_across_a_restart(tmp_path):
             t.close()
     finally:
         lab.close()
+
+
+def test_a_slow_phones_state_sample_is_bounded_by_the_device_timeout_not_a_fixed_one(devices):
+    """The state sample is a device call like any other: the command's or the campaign's device timeout bounds it
+    (it had a fixed 10 s of its own, which a loaded machine's test phone overran)."""
+    dev, target = devices(PHONE)
+    dev.profile.set_dumpsys_delay(6)  # the sample asks dumpsys twice (battery, thermalservice): 12 s
+    with command_limits(60):
+        t0 = time.monotonic()
+        s = target.sample_state()
+        took = time.monotonic() - t0
+    assert "error" not in s, s["error"]
+    assert took >= 12 and s["battery"]["level"] == PHONE.battery_level and s["cpu_temp_c"] == 37.5
+    with command_limits(3):
+        t0 = time.monotonic()
+        s = target.sample_state()
+        took = time.monotonic() - t0
+    assert BOUND in s.get("error", ""), s
+    assert took < 12  # gave up at its 3 s bound (a loaded machine's slack), not after the dumps
+    dev.profile.set_dumpsys_delay(None)
+    assert "error" not in target.sample_state()

@@ -21,6 +21,7 @@ The tree (PROFILE/):
                                 what `cmd thermalservice override-status` forced (absent: no override)
   state/deviceidle/{force,state,light_state}   written by `dumpsys deviceidle force-idle`, removed by `unforce`
   state/power/screen_on         true/false
+  state/dumpsys_delay_s         every dumpsys sleeps this long first (absent: none)
   state/settings/NS/KEY         `settings get/put NS KEY`; `svc power stayon` writes global/stay_on_while_plugged_in
   layout.json                   the Layout it was made from (DeviceProfile.open reads it)
 """
@@ -218,6 +219,13 @@ class DeviceProfile:
 
     def thermal_overridden(self) -> bool:
         return (self.state / "thermal" / "override_status").exists()
+
+    def set_dumpsys_delay(self, seconds: float | None) -> None:
+        """Every `dumpsys` waits this long before it answers (a phone whose system_server is slow); None: none."""
+        if seconds is None:
+            (self.state / "dumpsys_delay_s").unlink(missing_ok=True)
+        else:
+            _write(self.state / "dumpsys_delay_s", seconds)
 
     # ---- battery ---------------------------------------------------------------------------------
 
