@@ -11,14 +11,15 @@
 # the tests and the recipe look.
 # It downloads the llama-cpp-python sdist of the version pyproject.toml pins (pip download) and builds only the
 # llama-perplexity target, statically, with bmoe's llama.cpp flags (scripts/setup.sh: -DGGML_LLAMAFILE=OFF) so both
-# compute the same logits. Needs cmake and g++. Runs at nice 19 (the machine may be shared with benchmarks).
+# compute the same logits, with one line added to llama-perplexity (below: its log flushed at exit). Needs cmake and
+# g++. Runs at nice 19 (the machine may be shared with benchmarks).
 # $out/build-flags records the version and flags; a binary built otherwise is rebuilt.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 out="${BMOE_PERPLEXITY_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bmoe/llama-perplexity}"
 version="$(sed -n 's/^ *"llama-cpp-python==\([^"]*\)".*/\1/p' "$repo/pyproject.toml" | head -n1)"
 [ -n "$version" ] || { echo "build-llama-perplexity: no exact llama-cpp-python pin in $repo/pyproject.toml" >&2; exit 1; }
-flags="llama-cpp-python==$version -DGGML_LLAMAFILE=OFF -DBUILD_SHARED_LIBS=OFF targets=llama-perplexity,llama-quantize,src"
+flags="llama-cpp-python==$version -DGGML_LLAMAFILE=OFF -DBUILD_SHARED_LIBS=OFF targets=llama-perplexity,llama-quantize,src patch=log-flush-at-exit"
 if [ -x "$out/llama-perplexity" ] && [ -x "$out/llama-quantize" ] && [ "$(cat "$out/build-flags" 2>/dev/null)" = "$flags" ]; then
   echo "$out/llama-perplexity"; exit 0
 fi
@@ -34,6 +35,20 @@ start=$(date +%s)
 "$py" -m pip download -q "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$w/sdist" >&2
 tar -xzf "$w/sdist/llama_cpp_python-$version.tar.gz" -C "$w"
 src="$w/llama_cpp_python-$version/vendor/llama.cpp"
+# One line added to llama-perplexity's main, nothing else: llama.cpp's log (common/log.cpp) prints through a worker
+# thread, and its singleton is never deleted, so nothing joins that thread at exit and the lines still queued are lost.
+# On a busy machine that is the end of the output, the KL-divergence summary with it (5 runs of 5 lost it beside three
+# test suites and two CPU burners, 2026-12-05). common_log_pause() before main returns lets the worker write them all.
+pp="$src/tools/perplexity/perplexity.cpp"
+"$py" - "$pp" <<'PATCH'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+old = "    llama_backend_free();\n\n    return 0;\n}\n"
+if s.count(old) != 1:
+    sys.exit(f"build-llama-perplexity: {p} does not end as expected: the log-flush patch does not apply")
+open(p, "w").write(s.replace(old, "    llama_backend_free();\n\n    common_log_pause(common_log_main());\n\n    return 0;\n}\n"))
+PATCH
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 nice -n 19 cmake -S "$src" -B "$w/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DGGML_LLAMAFILE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 FLAGS_FILE = "build-flags"
+PATCH = "patch=log-flush-at-exit"  # scripts/build-llama-perplexity.sh: its log flushed before main returns
 
 
 def perplexity_path() -> Path:
@@ -26,26 +27,27 @@ def llama_perplexity() -> Path:
     p = perplexity_path()
     if not os.access(p, os.X_OK):
         pytest.skip(f"llama-perplexity is not built at {p}: run scripts/build-llama-perplexity.sh (needs cmake, g++)")
+    flags = p.parent / FLAGS_FILE
+    if PATCH not in (flags.read_text() if flags.is_file() else ""):
+        pytest.skip(f"llama-perplexity at {p} was built without its log flushed at exit: run "
+                    "scripts/build-llama-perplexity.sh again")
     return p
 
 
 def run(binary: Path, model: Path, ctx: int, *flags: str, until: str = "") -> str:
     """One llama-perplexity run in bmoe's scoring layout: one chunk per batch (-b ctx: no parallel sequences), the
     weights as bmoe loads them (no repacking), flash attention off (bmoe's default), 2 threads. Its log, which must
-    hold `until`: its asynchronous logger (common/log.cpp) sometimes loses the last lines at exit, exit status 0
-    (seen 3 times in 6 runs here, to a pipe or a file alike), so a run whose log lacks them is run again (5 tries)."""
+    hold `until`: the build flushes llama.cpp's asynchronous log before main returns (PATCH), without which a busy
+    machine lost its last lines (5 runs of 5 beside three test suites and two CPU burners)."""
     argv = [str(binary), "-m", str(model), "-c", str(ctx), "-b", str(ctx), "-t", "2", "--no-repack", "-fa", "off",
             *flags]
-    log = ""
-    for _ in range(5):
-        with tempfile.TemporaryFile() as out:
-            p = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=900)
-            out.seek(0)
-            log = out.read().decode("utf-8", "replace")
-        assert p.returncode == 0, log[-3000:]
-        if until in log:
-            return log
-    raise AssertionError(f"llama-perplexity's log never held {until!r} in 5 runs: {log[-2000:]}")
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=900)
+        out.seek(0)
+        log = out.read().decode("utf-8", "replace")
+    assert p.returncode == 0, log[-3000:]
+    assert until in log, f"llama-perplexity's log does not hold {until!r}: {log[-2000:]}"
+    return log
 
 
 def base_tokens(path: Path) -> np.ndarray:
