@@ -76,6 +76,7 @@ def _hashes(p: Path) -> tuple[str, str, int]:
 
 class Hub:
     def __init__(self, lfs_threshold: int = 10 << 20) -> None:
+        _fresh_http_session()
         self.repos: dict[str, Repo] = {}
         self.log: list[LogEntry] = []
         self.lfs_threshold = lfs_threshold
@@ -126,6 +127,16 @@ class Hub:
         for s in (self.hub, self.cdn):
             s.shutdown()
             s.server_close()
+        _fresh_http_session()
+
+
+def _fresh_http_session() -> None:
+    """The tests pull in this process, and huggingface_hub keeps its keep-alive connections in one client for the
+    whole process: closed with each hub, so no test reuses a connection another test's hub left (a later hub can
+    get the same port) and every test starts from the state a fresh `bmoe pull` has."""
+    from huggingface_hub.utils import close_session
+
+    close_session()
 
 
 class _Server(ThreadingHTTPServer):
