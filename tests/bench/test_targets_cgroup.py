@@ -94,7 +94,9 @@ needs_cgroup = pytest.mark.skipif(_why is not None, reason=f"cgroup memory cap n
 
 
 def _children(base_dir: Path) -> list[str]:
-    return sorted(p.name for p in base_dir.iterdir() if p.name.startswith("bmoe-"))
+    """This process's own run cgroups (`bmoe-<pid>-<n>`): another harness on the machine (a second suite, a user's
+    capped run) shares the parent and adds and removes its own children while a test runs."""
+    return sorted(p.name for p in base_dir.iterdir() if p.name.startswith(f"bmoe-{os.getpid()}-"))
 
 
 def _run_py(target: LocalTarget, code: str, tmp_path: Path):
