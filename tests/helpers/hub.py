@@ -10,10 +10,12 @@ read from its source (hf_api.model_info, file_download.get_hf_file_metadata / ht
 
 `Hub.add_repo(repo, folder)` serves every file under a folder (GGUFs made by bmoe's writer, or by llama.cpp's own
 tools: drop them in); a .gguf or a file over 10 MiB is an LFS file (its bytes from the CDN), the rest small git files,
-as on the hub. Every request is
-logged (method, path, Range, status, body bytes sent). Faults are switches on the Hub: cut a file's connection after
-N bytes, hang, corrupt a file's bytes, redirect the API to another host, a gated repo, unsafe names in a listing, a
-call-back after N bytes (to fill a disk mid-download).
+as on the hub. Every request is logged (method, path, Range, status, body bytes sent) when it arrives, before any
+answer: a client that has its answer finds its request in the log already. The status is set before the answer is
+sent and the byte count before each block is written (taken back if the write fails), so both are final by the time
+the client has read them. Faults are switches on the Hub: cut a file's connection after N bytes, hang, corrupt a
+file's bytes, redirect the API to another host, a gated repo, unsafe names in a listing, a call-back after N bytes
+(to fill a disk mid-download).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class LogEntry:
     status: int
     sent: int  # body bytes written
     auth: bool
+    done: bool = False  # the handler has finished with it
 
 
 def _hashes(p: Path) -> tuple[str, str, int]:
@@ -165,20 +168,32 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # ---- plumbing --------------------------------------------------------------------------------------------
-    def _done(self, status: int, sent: int = 0) -> None:
-        self.hub.record(LogEntry(self.server_name_, self.command, self.path, self.headers.get("Range"), status, sent,
-                                 "Authorization" in self.headers))
+    def _arrived(self) -> None:
+        self.entry = LogEntry(self.server_name_, self.command, self.path, self.headers.get("Range"), 0, 0,
+                              "Authorization" in self.headers)
+        self.hub.record(self.entry)
+
+    def _status(self, status: int) -> None:
+        self.entry.status = status
+        self.send_response(status)
+
+    def _done(self, status: int, sent: int | None = None) -> None:
+        self.entry.status = status
+        if sent is not None:
+            self.entry.sent = sent
+        self.entry.done = True
 
     def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None,
               head_only: bool = False) -> None:
-        self.send_response(status)
+        self._status(status)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
+        self.entry.sent = 0 if head_only else len(body)  # counted before it is written: see the module's docstring
         self.end_headers()
         if not head_only and body:
             self.wfile.write(body)
-        self._done(status, 0 if head_only else len(body))
+        self._done(status)
 
     def _json(self, obj: object, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), {"Content-Type": "application/json", **(headers or {})})
@@ -201,6 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._route(head_only=True)
 
     def _route(self, head_only: bool) -> None:
+        self._arrived()
         u = urlparse(self.path)
         path = unquote(u.path)
         q = parse_qs(u.query)
@@ -315,7 +331,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
             headers = {**headers, "Content-Range": f"bytes {start}-{end}/{f.size}"}
         n = end - start + 1
-        self.send_response(status)
+        self._status(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(n))
@@ -342,6 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if f.name in self.hub.corrupt and start + sent <= f.size // 2 < start + sent + len(block):
                     i = f.size // 2 - start - sent
                     block = block[:i] + bytes([block[i] ^ 0xFF]) + block[i + 1:]
+                self.entry.sent = sent + len(block)  # counted before the client can have it
                 try:
                     self.wfile.write(block)
                 except OSError:

@@ -34,7 +34,7 @@ def test_a_pull_takes_q4_k_m_with_every_shard_and_reuses_the_cache(hub: Hub, hf_
         assert len(_data_gets(hub, name)) == 1
     assert not (first.parent / "tiny-Q8_0.gguf").exists()
     assert "and 2 more shard(s)" in p.stderr and "hash checked" in p.stderr
-    n = _quiet(hub)  # the hub logs a request after its answer is sent: the first pull's last HEAD can land late
+    n = len(hub.log)  # complete: the hub logs each request as it arrives, before its answer
     again = bmoe("pull", REPO)
     assert again.returncode == 0 and again.stdout == p.stdout and "already in the cache" in again.stderr
     assert [e.path.split("?")[0] for e in hub.log[n:]] == [f"/api/models/{REPO}"]  # the listing only, no bytes
@@ -93,8 +93,6 @@ def test_ctrl_c_then_the_next_pull_resumes_from_the_partial_file(hub: Hub, hf_en
     assert part.exists() and snapshot_entries(hf_env) == []  # kept to resume; nothing looks like a model
     have = part.stat().st_size
     hub.throttle = 0
-    # the stalled GET is logged when its handler ends, after the release: wait for it before counting the resume's
-    wait_for(lambda: any(e.method == "GET" and e.server == "cdn" for e in hub.log), timeout=60)
     t0 = len(hub.log)
     p = bmoe("pull", f"{REPO}:Q8_0")
     assert p.returncode == 0, p.stderr
@@ -131,14 +129,3 @@ def test_offline_a_damaged_cached_file_is_refused_and_removed(hub: Hub, hf_env: 
     time.sleep(0.01)
     assert bmoe("pull", f"{REPO}:Q8_0").returncode == 0  # online, fetched again
 
-
-def _quiet(hub: Hub, still_s: float = 1.0, limit_s: float = 30.0) -> int:
-    """The hub's log length once it has not grown for `still_s` (at most `limit_s`)."""
-    n, t_still, t_end = len(hub.log), time.monotonic(), time.monotonic() + limit_s
-    while time.monotonic() < t_end:
-        time.sleep(0.1)
-        if len(hub.log) != n:
-            n, t_still = len(hub.log), time.monotonic()
-        elif time.monotonic() - t_still >= still_s:
-            break
-    return n
